@@ -1,0 +1,173 @@
+# pdkv: one non-recursive Makefile. `make help` lists the targets.
+#
+# Variants build into separate folders so objects never mix:
+#   make            -> build/release
+#   make SAN=asan   -> build/asan   (ASan + UBSan)
+#   make SAN=tsan   -> build/tsan   (TSan, threaded tests)
+
+SAN     ?=
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+LOOPS   ?= 1
+
+ifeq ($(SAN),)
+  VARIANT := release
+  SANFLAGS :=
+  OPT := -O2 -g
+else ifeq ($(SAN),asan)
+  VARIANT := asan
+  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+  OPT := -O1 -g
+else ifeq ($(SAN),tsan)
+  VARIANT := tsan
+  SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+  OPT := -O1 -g
+else
+  $(error SAN must be empty, asan or tsan)
+endif
+
+B := build/$(VARIANT)
+
+# pkg-config modules the build links; Debian packages that provide them
+# (and those later parts need) are installed by tools/deps.sh.
+PC_MODULES := libxxhash cmocka
+
+# Lazy on purpose: expanded only after the deps stamp has run.
+PC_CFLAGS = $(shell pkg-config --cflags $(PC_MODULES))
+PC_LIBS_CORE = $(shell pkg-config --libs libxxhash)
+PC_LIBS_TEST = $(shell pkg-config --libs cmocka)
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wpointer-arith -Wformat=2 -Wvla -Wundef -Wcast-qual -Wwrite-strings \
+        -Wmissing-declarations -Wnull-dereference -Wimplicit-fallthrough
+ifeq ($(CI),true)
+  WARN += -Werror
+endif
+
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm
+CFLAGS_ALL = -std=c11 $(OPT) -fPIC $(WARN) $(SANFLAGS) $(PC_CFLAGS) $(CFLAGS)
+LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
+LDLIBS_ALL = $(PC_LIBS_CORE) -lpthread $(LDLIBS)
+
+# ---- sources ---------------------------------------------------------------
+CORE_SRC := $(wildcard shm/*.c)
+CORE_OBJ := $(CORE_SRC:%.c=$(B)/%.o)
+LIBCORE  := $(B)/libpdcore.a
+
+AGENT_SRC := $(wildcard agent/*.c)
+AGENT_OBJ := $(AGENT_SRC:%.c=$(B)/%.o)
+LIBAGENT  := $(B)/libpdagent.so
+AGENT_MAP := agent/libpdagent.map
+
+BINS :=
+
+SUPPORT_SRC := $(wildcard tests/support/*.c)
+SUPPORT_OBJ := $(SUPPORT_SRC:%.c=$(B)/%.o)
+UNIT_SRC  := $(wildcard tests/unit/test_*.c)
+UNIT_BIN  := $(UNIT_SRC:%.c=$(B)/%)
+TSAN_SRC  := $(wildcard tests/tsan/tsan_*.c)
+TSAN_BIN  := $(TSAN_SRC:%.c=$(B)/%)
+BENCH_SRC := $(wildcard tests/bench/bench_*.c)
+BENCH_BIN := $(BENCH_SRC:%.c=$(B)/%)
+
+HEADERS := $(wildcard include/pdkv/*.h shm/*.h agent/*.h broker/*.h)
+DEPS_STAMP := build/.deps-ok
+
+.PHONY: all test check tsan install clean deps bench check-headers check-symbols help
+.DEFAULT_GOAL := all
+
+all: $(LIBCORE) $(LIBAGENT) $(BINS)
+
+help:
+	@echo "make            build libpdcore.a, libpdagent.so and the programs"
+	@echo "make test       install missing deps, build, run every test (N passed, N failed)"
+	@echo "make check      the whole test suite under ASan + UBSan (build/asan)"
+	@echo "make tsan       threaded tests under TSan (build/tsan)"
+	@echo "make bench      shm micro-benchmarks beside their baselines"
+	@echo "make deps       install the Debian packages pdkv needs (root), or print the command"
+	@echo "make install    PREFIX=$(PREFIX) DESTDIR=: programs, libpdagent.so, headers, pdkv.pc"
+	@echo "make clean      remove build/"
+	@echo "options: SAN=asan|tsan, LOOPS=N (repeat the test run), CI=true (-Werror)"
+
+# ---- dependencies ----------------------------------------------------------
+deps:
+	@tools/deps.sh install
+
+# Runs tools/deps.sh only when a pkg-config module is missing.
+$(DEPS_STAMP): tools/deps.sh
+	@mkdir -p $(@D)
+	@pkg-config --exists $(PC_MODULES) 2>/dev/null || tools/deps.sh install
+	@pkg-config --exists $(PC_MODULES) || { echo "missing: $(PC_MODULES)"; exit 1; }
+	@touch $@
+
+# ---- build rules -----------------------------------------------------------
+$(B)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(LIBCORE): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBAGENT): $(AGENT_OBJ) $(LIBCORE) $(AGENT_MAP)
+	$(CC) -shared -o $@ -Wl,--version-script=$(AGENT_MAP) -Wl,-soname,libpdagent.so.0 \
+		$(AGENT_OBJ) -Wl,--whole-archive $(LIBCORE) -Wl,--no-whole-archive \
+		$(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+$(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBCORE)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) $(LDLIBS_ALL)
+
+$(B)/tests/tsan/%: $(B)/tests/tsan/%.o $(SUPPORT_OBJ) $(LIBCORE)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) $(LDLIBS_ALL)
+
+$(B)/tests/bench/%: $(B)/tests/bench/%.o $(SUPPORT_OBJ) $(LIBCORE)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+# ---- tests -----------------------------------------------------------------
+# Every header compiles on its own.
+$(B)/headers/%.ok: % | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@printf '#include "%s"\n' $(abspath $<) > $(@:.ok=.c)
+	$(CC) $(CPPFLAGS) $(CFLAGS_ALL) -fsyntax-only $(@:.ok=.c) && touch $@
+
+check-headers: $(HEADERS:%=$(B)/headers/%.ok)
+
+# libpdagent.so exports pd_* symbols only.
+check-symbols: $(LIBAGENT)
+	@bad=$$(nm -D --defined-only $(LIBAGENT) | awk '$$2 ~ /[TDBRVW]/ {print $$3}' | grep -v '^pd_' || true); \
+	if [ -n "$$bad" ]; then echo "non-pd_ symbols exported: $$bad"; exit 1; fi; \
+	echo "check-symbols: libpdagent.so exports only pd_* symbols"
+
+test: check-headers check-symbols $(UNIT_BIN)
+	@PD_TEST_LOOPS=$(LOOPS) tests/run.sh $(UNIT_BIN)
+
+check:
+	@$(MAKE) --no-print-directory SAN=asan test
+
+tsan:
+	@$(MAKE) --no-print-directory SAN=tsan tsan-run
+
+.PHONY: tsan-run
+tsan-run: $(TSAN_BIN)
+	@TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" PD_TEST_LOOPS=$(LOOPS) \
+		tests/run.sh $(TSAN_BIN)
+
+bench: $(BENCH_BIN)
+	@for b in $(BENCH_BIN); do $$b || exit 1; done
+
+# ---- install ---------------------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include/pdkv
+	$(if $(BINS),install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin)
+	install -m 0755 $(LIBAGENT) $(DESTDIR)$(PREFIX)/lib/libpdagent.so.0
+	ln -sf libpdagent.so.0 $(DESTDIR)$(PREFIX)/lib/libpdagent.so
+	install -m 0644 include/pdkv/*.h $(DESTDIR)$(PREFIX)/include/pdkv/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define PD_VERSION_STRING "\(.*\)"/\1/p' include/pdkv/version.h)|' \
+		agent/pdkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/pdkv.pc
+
+clean:
+	rm -rf build
+
+-include $(shell find build/$(VARIANT) -name '*.d' 2>/dev/null)

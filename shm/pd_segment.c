@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pd_err.h"
+#include "pd_log.h"
+#include "pd_segment.h"
+#include "pd_sync.h"
+#include "pd_time.h"
+
+#define PATH_MAX_LEN (sizeof(PD_SHM_PREFIX) + PD_SHM_NAME_MAX)
+
+static int name_ok(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+
+	if (n == 0 || n > PD_SHM_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+int pd_segment_path(const char *name, char *buf, size_t len)
+{
+	if (!name_ok(name) || !buf || len < sizeof(PD_SHM_PREFIX) + strlen(name))
+		return -EINVAL;
+	memcpy(buf, PD_SHM_PREFIX, sizeof(PD_SHM_PREFIX) - 1);
+	memcpy(buf + sizeof(PD_SHM_PREFIX) - 1, name, strlen(name) + 1);
+	return 0;
+}
+
+static uint64_t region_align(uint32_t id)
+{
+	return id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA ? PD_ARENA_ALIGN
+									 : PD_REGION_ALIGN;
+}
+
+/* Lay out the regions after the header; returns the total size or 0. */
+static uint64_t layout(const struct pd_segment_opts *o, struct pd_shm_region *r)
+{
+	uint64_t off = PD_SHM_HDR_SIZE;
+
+	for (uint32_t i = 0; i < PD_REGION_MAX; i++) {
+		uint64_t len = o->region_len[i];
+
+		r[i].off = r[i].len = 0;
+		if (len == 0)
+			continue;
+		if (len > (1ull << 44))
+			return 0;
+		off = PD_ALIGN_UP(off, region_align(i));
+		r[i].off = off;
+		r[i].len = len;
+		off += PD_ALIGN_UP(len, (uint64_t)PD_REGION_ALIGN);
+	}
+	return PD_ALIGN_UP(off, (uint64_t)4096);
+}
+
+static int read_hdr(int fd, struct pd_shm_hdr *h)
+{
+	struct stat st;
+	ssize_t n;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size < sizeof(*h))
+		return -EPROTO;
+	n = pread(fd, h, sizeof(*h), 0);
+	if (n < 0)
+		return -errno;
+	if ((size_t)n != sizeof(*h) || h->magic != PD_SHM_MAGIC)
+		return -EPROTO;
+	return 0;
+}
+
+int pd_segment_probe(const char *name, int32_t *pid)
+{
+	char path[PATH_MAX_LEN];
+	struct pd_shm_hdr h;
+	uint64_t ticks;
+	int fd, rc;
+
+	rc = pd_segment_path(name, path, sizeof(path));
+	if (rc < 0)
+		return rc;
+	fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	rc = read_hdr(fd, &h);
+	(void)close(fd);
+	if (rc < 0)
+		return rc;
+	if (pid)
+		*pid = h.broker_pid;
+	if (!pd_pid_alive(h.broker_pid))
+		return 0;
+	/* The pid is in use: by our broker only if its start time matches. */
+	if (pd_pid_start_time(h.broker_pid, &ticks) < 0)
+		return 1; /* alive but unreadable: assume it is ours */
+	return ticks == h.broker_start_ticks;
+}
+
+int pd_segment_unlink(const char *name)
+{
+	char path[PATH_MAX_LEN];
+	int rc = pd_segment_path(name, path, sizeof(path));
+
+	if (rc < 0)
+		return rc;
+	return pd_sys_rc(shm_unlink(path));
+}
+
+/* The name is taken: remove it if its broker is dead, else refuse. */
+static int reclaim_stale(const char *name, char *err, size_t errlen)
+{
+	int32_t pid = 0;
+	int rc = pd_segment_probe(name, &pid);
+
+	if (rc == -ENOENT)
+		return 0; /* vanished meanwhile: retry */
+	if (rc == 1) {
+		pd_err_set(err, errlen, "broker '%s' is already running (pid %d)", name, pid);
+		return -EEXIST;
+	}
+	if (rc < 0) {
+		pd_err_set(err, errlen,
+			   "/dev/shm%s%s exists but is not a pdkv segment (or is being "
+			   "created); remove it if no broker runs", PD_SHM_PREFIX, name);
+		return -EEXIST;
+	}
+	PD_LOG(WARN, shm, "removing stale segment of dead broker '%s' (pid %d)", name, pid);
+	rc = pd_segment_unlink(name);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+static int open_excl(const char *name, uint32_t mode, char *err, size_t errlen)
+{
+	char path[PATH_MAX_LEN];
+	int fd, rc;
+
+	rc = pd_segment_path(name, path, sizeof(path));
+	if (rc < 0)
+		return rc;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		fd = shm_open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, mode);
+		if (fd >= 0)
+			return fchmod(fd, mode) < 0 ? (close(fd), -errno) : fd;
+		if (errno != EEXIST)
+			return -errno;
+		rc = reclaim_stale(name, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	pd_err_set(err, errlen, "segment '%s' keeps reappearing", name);
+	return -EEXIST;
+}
+
+static int size_and_map(int fd, uint64_t total, int prot, void **out)
+{
+	void *p;
+	int rc;
+
+	if (prot & PROT_WRITE) {
+		if (ftruncate(fd, (off_t)total) < 0)
+			return -errno;
+		/* Allocate every page now: first touch of shm is slow. */
+		rc = posix_fallocate(fd, 0, (off_t)total);
+		if (rc)
+			return -rc;
+	}
+	p = mmap(NULL, total, prot, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*out = p;
+	return 0;
+}
+
+static void fill_hdr(struct pd_shm_hdr *h, const struct pd_segment_opts *o,
+		     const struct pd_shm_region *r, uint64_t total)
+{
+	struct timespec now;
+
+	h->magic = PD_SHM_MAGIC;
+	h->abi_major = PD_SHM_ABI_MAJOR;
+	h->abi_minor = PD_SHM_ABI_MINOR;
+	h->hdr_size = PD_SHM_HDR_SIZE;
+	h->total_size = total;
+	h->compat_features = PD_SHM_COMPAT_KNOWN;
+	h->incompat_features = PD_SHM_INCOMPAT_KNOWN;
+	h->broker_pid = (int32_t)getpid();
+	h->nregions = PD_REGION_MAX;
+	if (pd_pid_start_time(h->broker_pid, &h->broker_start_ticks) < 0)
+		h->broker_start_ticks = 0;
+	(void)clock_gettime(CLOCK_REALTIME, &now);
+	h->broker_start_ns = (uint64_t)now.tv_sec * PD_NS_PER_S + (uint64_t)now.tv_nsec;
+	h->epoch = o->epoch;
+	atomic_store_explicit(&h->state, PD_SHM_INITIALIZING, memory_order_relaxed);
+	memcpy(h->name, o->name, strlen(o->name) + 1);
+	memcpy(h->regions, r, sizeof(h->regions));
+}
+
+int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
+		      char *err, size_t errlen)
+{
+	struct pd_shm_region r[PD_REGION_MAX];
+	uint32_t mode;
+	uint64_t total;
+	void *base = NULL;
+	int fd, rc;
+
+	if (!o || !out || !name_ok(o->name)) {
+		pd_err_set(err, errlen, "bad segment name (1..%u of [A-Za-z0-9._-])",
+			   PD_SHM_NAME_MAX);
+		return -EINVAL;
+	}
+	total = layout(o, r);
+	if (total == 0) {
+		pd_err_set(err, errlen, "region too large");
+		return -EINVAL;
+	}
+	mode = o->mode ? o->mode : 0660;
+	fd = open_excl(o->name, mode, err, errlen);
+	if (fd < 0)
+		return fd;
+	rc = size_and_map(fd, total, PROT_READ | PROT_WRITE, &base);
+	if (rc < 0) {
+		pd_err_set(err, errlen, "cannot size or map %" PRIu64 " bytes: %s", total,
+			   pd_strerror(rc));
+		goto out_unlink;
+	}
+	fill_hdr(base, o, r, total);
+	*out = (struct pd_segment){ .hdr = base, .base = base, .len = total, .fd = fd,
+				    .owner = 1 };
+	memcpy(out->name, o->name, strlen(o->name) + 1);
+	memcpy(out->regions, r, sizeof(r));
+	return 0;
+
+out_unlink:
+	(void)pd_segment_unlink(o->name);
+	(void)close(fd);
+	return rc;
+}
+
+void pd_segment_set_state(struct pd_segment *s, uint32_t state)
+{
+	/* Release: pairs with the acquire load in wait_ready(). */
+	atomic_store_explicit(&s->hdr->state, state, memory_order_release);
+}
+
+void pd_segment_publish(struct pd_segment *s)
+{
+	pd_segment_set_state(s, PD_SHM_READY);
+}

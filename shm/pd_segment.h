@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_SHM_PD_SEGMENT_H
+#define PD_SHM_PD_SEGMENT_H
+
+/*
+ * The broker's POSIX shared-memory segment "/pdkv.<name>".
+ *
+ * Broker: pd_segment_create() (state INITIALIZING) -> initialise regions
+ *         -> pd_segment_publish() (READY) ... pd_segment_destroy().
+ * Agent:  pd_segment_attach_fd() on the fd the broker passed, read-write.
+ * pdctl:  pd_segment_attach() with PD_SEG_RDONLY.
+ * Every attach validates the header and region table before any pointer
+ * into the segment is formed.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pd_shm_layout.h"
+
+#define PD_SEG_RDONLY 0x1u /* attach: map read-only (pdctl) */
+#define PD_SEG_FLAGS_ALL PD_SEG_RDONLY
+
+struct pd_segment {
+	struct pd_shm_hdr *hdr; /* == base */
+	void    *base;
+	size_t   len;
+	int      fd;
+	uint32_t flags;
+	int      owner;         /* 1: created here, unlinked by destroy */
+	char     name[PD_SHM_NAME_MAX + 1];
+	struct pd_shm_region regions[PD_REGION_MAX]; /* validated private copy */
+};
+
+struct pd_segment_opts {
+	const char *name;                     /* broker name: [A-Za-z0-9._-], 1..63 */
+	uint64_t region_len[PD_REGION_MAX];   /* 0 = absent */
+	uint64_t epoch;
+	uint32_t mode;                        /* file mode; 0 = 0660 */
+};
+
+/* "/pdkv.<name>" into buf; -EINVAL for a bad name or small buffer. */
+int pd_segment_path(const char *name, char *buf, size_t len);
+
+/**
+ * Create the segment, pre-faulted, header filled, state INITIALIZING.
+ * A leftover segment of a dead broker is removed first; one of a live
+ * broker is refused.
+ * @return 0; -EINVAL bad opts; -EEXIST a live broker (or an unrecognised
+ *         file) holds the name (err says which); -ENOMEM/-errno from libc.
+ */
+int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
+		      char *err, size_t errlen);
+/* Store READY with release order: everything written before is visible to
+ * any attacher that sees READY. */
+void pd_segment_publish(struct pd_segment *s);
+void pd_segment_set_state(struct pd_segment *s, uint32_t state);
+
+/**
+ * Attach by name, or on an fd received from the broker (the fd is dup'ed;
+ * the caller keeps its own). Waits up to timeout_ms while the segment is
+ * INITIALIZING.
+ * @return 0; -ENOENT no such segment; -EPROTO bad magic, ABI, size or
+ *         region table (err says which); -ETIMEDOUT still initialising;
+ *         -EINVAL bad arguments or flags; -errno from libc.
+ */
+int pd_segment_attach(const char *name, uint32_t flags, uint32_t timeout_ms,
+		      struct pd_segment *out, char *err, size_t errlen);
+int pd_segment_attach_fd(int fd, uint32_t flags, uint32_t timeout_ms,
+			 struct pd_segment *out, char *err, size_t errlen);
+
+/**
+ * Validate a header and its region table against the mapped length:
+ * magic, ABI major (and minor >= what this build needs), sizes, unknown
+ * incompat features, regions aligned, in bounds, after the header and not
+ * overlapping. Pure: usable on any buffer.
+ * @return 0 or -EPROTO (err says why).
+ */
+int pd_segment_validate(const struct pd_shm_hdr *h, size_t maplen, char *err, size_t errlen);
+
+/* Base of region id, or NULL when absent; *len gets its length. */
+void *pd_segment_region(const struct pd_segment *s, uint32_t id, size_t *len);
+
+/* Unmap and close; the creator also unlinks the name. NULL-safe. */
+void pd_segment_destroy(struct pd_segment *s);
+/* Remove "/pdkv.<name>" (e.g. a stale segment). */
+int pd_segment_unlink(const char *name);
+
+/**
+ * Who holds name: 1 a live broker, 0 a dead one (stale segment),
+ * -ENOENT none, -EPROTO not a recognisable pdkv segment. pid gets the
+ * recorded broker pid when known.
+ */
+int pd_segment_probe(const char *name, int32_t *pid);
+
+#endif

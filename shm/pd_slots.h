@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_SHM_PD_SLOTS_H
+#define PD_SHM_PD_SLOTS_H
+
+/*
+ * Slot pool in shared memory: the send pool (prefill agents loan staging
+ * slots) and the recv pool (the broker grants slots to peers) are both one.
+ *
+ * - All-or-nothing allocation of n slots, waiting until a deadline; waiters
+ *   are served strictly FIFO (a ticket each), so a large request is never
+ *   starved by a stream of small ones; a waiter can be cancelled by its
+ *   request tag (-ECANCELED).
+ * - Every slot has a 64-byte descriptor in the pool's control region (never
+ *   in the payload arena): state, owner, generation (bumped on each reuse),
+ *   request tag. References carry the generation; stale ones are refused.
+ * - One robust process-shared mutex guards the pool. A holder that dies is
+ *   repaired by the next locker: the dead process's slots and waits are
+ *   dropped and the free stack is rebuilt from the descriptors, which are
+ *   the single source of truth.
+ * - The geometry (slot count and size, table offsets) is cached in a
+ *   private handle when the pool is opened, so corrupt shm cannot redirect
+ *   an access; every index read from shm is bounds-checked.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pdkv/types.h>
+
+#include "pd_compiler.h"
+#include "pd_sync.h"
+
+#define PD_POOL_MAGIC       0x4c4f4f50u /* "POOL" */
+#define PD_POOL_MAX_SLOTS   (1u << 24)
+#define PD_POOL_MAX_WAITERS 128u
+#define PD_POOL_LOCK_MS     5000u /* bound on lock waits of calls without a deadline */
+
+/* Slot states. Send pool: FREE -> LOANED -> QUEUED -> IN_FLIGHT -> FREE.
+ * Recv pool: FREE -> GRANTED -> COMMITTED -> FREE. */
+#define PD_SLOT_FREE      0u
+#define PD_SLOT_LOANED    1u
+#define PD_SLOT_QUEUED    2u
+#define PD_SLOT_IN_FLIGHT 3u
+#define PD_SLOT_GRANTED   4u
+#define PD_SLOT_COMMITTED 5u
+#define PD_SLOT_STATE_MAX 5u
+
+struct pd_slot_desc {
+	_Atomic uint32_t state; /* writer: pool mutex holder */
+	uint32_t gen;           /* writer: pool mutex holder; bumped at allocation */
+	uint32_t owner;         /* writer: pool mutex holder */
+	int32_t  pid;           /* writer: pool mutex holder; owner's process */
+	uint64_t tag;           /* writer: pool mutex holder; request tag */
+	uint64_t payload_off;   /* immutable: offset in the arena */
+	uint64_t seq;           /* writer: current owner */
+	uint32_t len;           /* writer: current owner; payload bytes */
+	uint32_t crc32c;        /* writer: current owner; optional */
+	uint32_t flags;         /* writer: current owner */
+	uint8_t  _rsvd[12];
+};
+_Static_assert(sizeof(struct pd_slot_desc) == 64, "slot descriptor is one cache line");
+
+struct pd_pool_waiter {
+	uint64_t ticket; /* 0 = entry unused; writer: pool mutex holder */
+	uint64_t tag;
+	uint32_t owner;
+	int32_t  pid;
+	uint32_t n;
+	uint32_t cancelled;
+};
+
+struct pd_pool_counters {
+	_Atomic uint64_t in_use;      /* gauge */
+	_Atomic uint64_t high_water;
+	_Atomic uint64_t allocs;      /* successful allocations (calls) */
+	_Atomic uint64_t frees;       /* slots freed */
+	_Atomic uint64_t waits;       /* allocations that had to wait */
+	_Atomic uint64_t wait_ns;     /* total time spent waiting */
+	_Atomic uint64_t wait_max_ns;
+	_Atomic uint64_t timeouts;
+	_Atomic uint64_t cancels;
+	_Atomic uint64_t reclaimed;   /* slots taken back from dead owners */
+	_Atomic uint64_t repairs;     /* owner-death repairs */
+	_Atomic uint64_t refused;     /* -E2BIG, -EAGAIN, -ENOBUFS */
+};
+
+/* The pool header at the start of its region; slot table and free stack follow. */
+struct pd_pool_shm {
+	uint32_t magic;          /* immutable after init; writer: broker */
+	uint32_t nslots;
+	uint32_t max_waiters;
+	uint32_t _rsvd0;
+	uint64_t slot_size;
+	uint64_t free_off;       /* from the header: uint32_t free stack[nslots] */
+	uint64_t desc_off;       /* from the header: struct pd_slot_desc[nslots] */
+	uint8_t  _pad0[PD_CACHE_LINE - 32];
+
+	alignas(PD_CACHE_LINE) struct pd_mutex lock;
+	alignas(PD_CACHE_LINE) struct pd_cond cond;
+
+	/* Everything below is written only by the holder of lock. */
+	alignas(PD_CACHE_LINE) uint32_t nfree;
+	uint32_t nwaiters;
+	uint32_t lock_owner;     /* owner id of the current holder, for repair */
+	int32_t  lock_pid;
+	uint64_t next_ticket;
+
+	alignas(PD_CACHE_LINE) struct pd_pool_counters stats; /* readers: anyone */
+	alignas(PD_CACHE_LINE) struct pd_pool_waiter waiters[PD_POOL_MAX_WAITERS];
+};
+_Static_assert(offsetof(struct pd_pool_shm, lock) == 64, "pool ABI");
+_Static_assert(sizeof(struct pd_pool_shm) % PD_CACHE_LINE == 0, "pool ABI");
+
+/* Private, validated handle on a pool. */
+struct pd_pool {
+	struct pd_pool_shm *shm;
+	uint32_t *free_stack;
+	struct pd_slot_desc *desc;
+	uint8_t *arena;            /* NULL when opened without payload access */
+	uint64_t slot_size;
+	uint32_t nslots;
+};
+
+/* Who allocates: the owner id the broker gave it, its pid, the request tag,
+ * and the state the slots take (PD_SLOT_LOANED or PD_SLOT_GRANTED). */
+struct pd_pool_who {
+	uint32_t owner;
+	int32_t  pid;
+	uint64_t tag;
+	uint32_t state;
+};
+
+/* Region bytes for nslots; -EINVAL for 0 or more than PD_POOL_MAX_SLOTS. */
+int64_t pd_pool_memsize(uint32_t nslots);
+/* Arena bytes for nslots of slot_size; -EINVAL unless slot_size is a
+ * non-zero multiple of 4 KiB. */
+int64_t pd_pool_arena_size(uint32_t nslots, uint64_t slot_size);
+/* Broker: initialise in 64-aligned memory of len bytes. 0, -EINVAL, -ENOSPC. */
+int pd_pool_init(void *mem, size_t len, uint32_t nslots, uint64_t slot_size);
+/**
+ * Check a pool read from shm and build a handle. arena (may be NULL) must
+ * hold nslots * slot_size bytes.
+ * @return 0; -EINVAL NULL p/mem; -EPROTO corrupt header, bad geometry, or
+ *         an arena too small.
+ */
+int pd_pool_open(struct pd_pool *p, void *mem, size_t len, void *arena, size_t arena_len);
+
+/**
+ * Allocate exactly n slots (all or nothing), waiting until deadline_ns
+ * (CLOCK_MONOTONIC) behind earlier waiters. deadline_ns = 0: do not wait.
+ * Refs go to out[0..n-1].
+ * @return 0; -EINVAL bad args or state; -E2BIG n > pool size (at once);
+ *         -ENOBUFS not available and deadline 0; -ETIMEDOUT; -ECANCELED
+ *         (pd_pool_cancel on who->tag); -EAGAIN waiter table full;
+ *         -EPROTO corrupt pool; -ENOTRECOVERABLE.
+ * Thread-safety: any thread of any attached process.
+ */
+int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
+		  uint64_t deadline_ns, pd_slot_ref *out);
+/**
+ * Free n slots (all or nothing: every ref is checked first). Wakes waiters.
+ * @return 0; -EINVAL; -ESTALE a ref is free already or of an older
+ *         generation (nothing freed); -ETIMEDOUT lock not had in time.
+ */
+int pd_pool_free(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n);
+/* Hand n live slots to owner in state (e.g. LOANED -> QUEUED, broker). 0, -EINVAL, -ESTALE. */
+int pd_pool_set_state(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n, uint32_t owner,
+		      uint32_t state);
+/* Cancel every waiter with this tag (they return -ECANCELED). @return how many. */
+int pd_pool_cancel(struct pd_pool *p, uint64_t tag);
+/* Free every slot of owner and drop its waits (it died). @return slots freed. */
+int pd_pool_reclaim(struct pd_pool *p, uint32_t owner);
+
+/* Lock with the pool's repair; 0 or 1 (repaired) on success. The holder
+ * is recorded so that its death can be repaired. For tests and batch ops. */
+int pd_pool_lock(struct pd_pool *p, uint32_t owner, uint64_t deadline_ns);
+void pd_pool_unlock(struct pd_pool *p);
+
+/* Payload of a live slot, or NULL for a bad or stale ref. */
+void *pd_pool_data(const struct pd_pool *p, pd_slot_ref ref);
+/* Copy of slot idx's descriptor; -EINVAL out of range. */
+int pd_pool_desc_get(const struct pd_pool *p, uint32_t idx, struct pd_slot_desc *out);
+/* Free slots now (racy snapshot). */
+uint32_t pd_pool_nfree(const struct pd_pool *p);
+
+#endif

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_SHM_PD_SYNC_H
+#define PD_SHM_PD_SYNC_H
+
+/*
+ * Robust process-shared mutex and CLOCK_MONOTONIC condvar, for objects in
+ * shared memory. Every wait takes an absolute deadline (pd_now_ns() clock).
+ *
+ * Owner death: when the previous holder died with the mutex held, the next
+ * locker gets the lock together with the duty to repair. The repair callback
+ * runs with the mutex held, before pthread_mutex_consistent(); the call then
+ * returns 1 ("recovered") instead of 0. Without a callback the state is
+ * declared consistent unrepaired, which is only right for mutexes whose
+ * protected state is always consistent.
+ */
+#include <pthread.h>
+#include <stdint.h>
+
+/* Repair the state a mutex protects after its holder died; may fail. */
+typedef int pd_repair_fn(void *ctx);
+
+struct pd_mutex {
+	pthread_mutex_t m;
+};
+
+struct pd_cond {
+	pthread_cond_t c;
+};
+
+/* Initialise in caller (shared) memory: process-shared, robust, errorcheck. */
+int pd_mutex_init(struct pd_mutex *mx);
+/* Process-shared, CLOCK_MONOTONIC. */
+int pd_cond_init(struct pd_cond *cv);
+
+/**
+ * Lock, waiting at most until deadline_ns (CLOCK_MONOTONIC).
+ * @return 0 locked; 1 locked after repairing a dead holder's state;
+ *         -ETIMEDOUT; -ENOTRECOVERABLE (an earlier repair failed, or this
+ *         one did: the mutex is then unusable); -EINVAL; -EDEADLK.
+ */
+int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
+			pd_repair_fn *repair, void *ctx);
+void pd_mutex_unlock(struct pd_mutex *mx);
+
+/**
+ * Wait on cv with mx held until signalled or deadline_ns. The mutex is held
+ * again on every return except -ENOTRECOVERABLE.
+ * @return 0 woken (possibly spuriously); 1 woken and a dead holder's state
+ *         was repaired; -ETIMEDOUT; -ENOTRECOVERABLE; -EINVAL.
+ */
+int pd_cond_wait_until(struct pd_cond *cv, struct pd_mutex *mx, uint64_t deadline_ns,
+		       pd_repair_fn *repair, void *ctx);
+void pd_cond_signal(struct pd_cond *cv);
+void pd_cond_broadcast(struct pd_cond *cv);
+
+/* 1 when pid is a live process, 0 when it is gone. */
+int pd_pid_alive(int32_t pid);
+/* Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22);
+ * with the pid it identifies a process across pid reuse. */
+int pd_pid_start_time(int32_t pid, uint64_t *out);
+
+#endif

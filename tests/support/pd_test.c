@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pd_test.h"
+#include "pd_time.h"
+
+void pd_test_name(char *buf, size_t len, const char *tag)
+{
+	static unsigned counter;
+
+	(void)snprintf(buf, len, "test.%d.%u.%s", (int)getpid(), counter++, tag ? tag : "x");
+}
+
+void *pd_test_shared_alloc(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void pd_test_shared_free(void *p, size_t len)
+{
+	if (p)
+		(void)munmap(p, len);
+}
+
+pid_t pd_test_fork(int (*fn)(void *arg), void *arg)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0)
+		_exit(fn(arg) & 0xff);
+	return pid;
+}
+
+int pd_test_wait(pid_t pid, uint32_t timeout_ms)
+{
+	uint64_t deadline = pd_deadline_ms(timeout_ms);
+	struct timespec nap = { 0, 1000000 };
+	int status;
+
+	for (;;) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+
+		if (r == pid)
+			break;
+		if (r < 0)
+			return -errno;
+		if (pd_now_ns() >= deadline) {
+			(void)kill(pid, SIGKILL);
+			(void)waitpid(pid, &status, 0);
+			return -ETIMEDOUT;
+		}
+		(void)nanosleep(&nap, NULL);
+	}
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	return 128 + WTERMSIG(status);
+}

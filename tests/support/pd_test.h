@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_TESTS_SUPPORT_PD_TEST_H
+#define PD_TESTS_SUPPORT_PD_TEST_H
+
+/* Helpers shared by the tests: unique names, shared memory for fork tests,
+ * child processes with deadlines. Children never call cmocka asserts: they
+ * _exit(code) and the parent checks the status. */
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* "test.<pid>.<n>.<tag>": unique per process and call. */
+void pd_test_name(char *buf, size_t len, const char *tag);
+
+/* Anonymous MAP_SHARED memory (zeroed, page aligned) inherited across
+ * fork(); pd_test_shared_free() unmaps it. NULL on failure. */
+void *pd_test_shared_alloc(size_t len);
+void pd_test_shared_free(void *p, size_t len);
+
+/* Fork; the child runs fn(arg) and _exit()s with its return value. -errno on failure. */
+pid_t pd_test_fork(int (*fn)(void *arg), void *arg);
+
+/* Wait for pid at most timeout_ms; on timeout it is SIGKILLed and
+ * -ETIMEDOUT returned. Otherwise the exit code (0..255), or 128 + signal. */
+int pd_test_wait(pid_t pid, uint32_t timeout_ms);
+
+#endif
