@@ -166,24 +166,28 @@ static int open_excl(const char *name, uint32_t mode, char *err, size_t errlen)
 	return -EEXIST;
 }
 
-static int size_and_map(int fd, uint64_t total, int prot, void **out)
+/* Size, allocate every page now (first touch of shm is slow) and map.
+ * Returns the mapping, or NULL with *rc set. */
+static void *size_and_map(int fd, uint64_t total, int *rc)
 {
 	void *p;
-	int rc;
+	int err;
 
-	if (prot & PROT_WRITE) {
-		if (ftruncate(fd, (off_t)total) < 0)
-			return -errno;
-		/* Allocate every page now: first touch of shm is slow. */
-		rc = posix_fallocate(fd, 0, (off_t)total);
-		if (rc)
-			return -rc;
+	if (ftruncate(fd, (off_t)total) < 0) {
+		*rc = -errno;
+		return NULL;
 	}
-	p = mmap(NULL, total, prot, MAP_SHARED | MAP_POPULATE, fd, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	*out = p;
-	return 0;
+	err = posix_fallocate(fd, 0, (off_t)total);
+	if (err) {
+		*rc = -err;
+		return NULL;
+	}
+	p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (p == MAP_FAILED) {
+		*rc = -errno;
+		return NULL;
+	}
+	return p;
 }
 
 static void fill_hdr(struct pd_shm_hdr *h, const struct pd_segment_opts *o,
@@ -216,7 +220,7 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 	struct pd_shm_region r[PD_REGION_MAX];
 	uint32_t mode;
 	uint64_t total;
-	void *base = NULL;
+	void *base;
 	int fd, rc;
 
 	if (!o || !out || !name_ok(o->name)) {
@@ -233,8 +237,9 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 	fd = open_excl(o->name, mode, err, errlen);
 	if (fd < 0)
 		return fd;
-	rc = size_and_map(fd, total, PROT_READ | PROT_WRITE, &base);
-	if (rc < 0) {
+	rc = 0;
+	base = size_and_map(fd, total, &rc);
+	if (!base) {
 		pd_err_set(err, errlen, "cannot size or map %" PRIu64 " bytes: %s", total,
 			   pd_strerror(rc));
 		goto out_unlink;
