@@ -5,6 +5,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define PD_CACHE_LINE 64
 
@@ -38,6 +39,14 @@ static inline uint64_t pd_stat_get(const _Atomic uint64_t *c)
 static inline void pd_stat_set(_Atomic uint64_t *c, uint64_t v)
 {
 	atomic_store_explicit(c, v, memory_order_relaxed);
+}
+
+/* Add for a counter with a single writer (e.g. under a mutex): a plain
+ * load and store, no locked instruction. */
+static inline void pd_stat_add1w(_Atomic uint64_t *c, uint64_t v)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+			      memory_order_relaxed);
 }
 
 /* Raise a high-water mark; only the writer role of the mark calls this. */

@@ -14,9 +14,10 @@
  *   in the payload arena): state, owner, generation (bumped on each reuse),
  *   request tag. References carry the generation; stale ones are refused.
  * - One robust process-shared mutex guards the pool. A holder that dies is
- *   repaired by the next locker: the dead process's slots and waits are
- *   dropped and the free stack is rebuilt from the descriptors, which are
- *   the single source of truth.
+ *   repaired by the next locker: the slots and waits of the dead process
+ *   (by the pid recorded in each descriptor: the process now responsible
+ *   for the slot) are dropped and the free stack is rebuilt from the
+ *   descriptors, which are the single source of truth.
  * - The geometry (slot count and size, table offsets) is cached in a
  *   private handle when the pool is opened, so corrupt shm cannot redirect
  *   an access; every index read from shm is bounds-checked.
@@ -33,6 +34,7 @@
 #define PD_POOL_MAX_SLOTS   (1u << 24)
 #define PD_POOL_MAX_WAITERS 128u
 #define PD_POOL_LOCK_MS     5000u /* bound on lock waits of calls without a deadline */
+#define PD_POOL_OWNER_NONE  UINT32_MAX /* lock holder not acting for an owner */
 
 /* Slot states. Send pool: FREE -> LOANED -> QUEUED -> IN_FLIGHT -> FREE.
  * Recv pool: FREE -> GRANTED -> COMMITTED -> FREE. */
@@ -92,7 +94,7 @@ struct pd_pool_shm {
 	uint64_t slot_size;
 	uint64_t free_off;       /* from the header: uint32_t free stack[nslots] */
 	uint64_t desc_off;       /* from the header: struct pd_slot_desc[nslots] */
-	uint8_t  _pad0[PD_CACHE_LINE - 32];
+	uint8_t  _pad0[PD_CACHE_LINE - 40];
 
 	alignas(PD_CACHE_LINE) struct pd_mutex lock;
 	alignas(PD_CACHE_LINE) struct pd_cond cond;
@@ -100,8 +102,8 @@ struct pd_pool_shm {
 	/* Everything below is written only by the holder of lock. */
 	alignas(PD_CACHE_LINE) uint32_t nfree;
 	uint32_t nwaiters;
-	uint32_t lock_owner;     /* owner id of the current holder, for repair */
-	int32_t  lock_pid;
+	uint32_t lock_owner;     /* owner id the holder acts for (diagnostics) */
+	int32_t  lock_pid;       /* pid of the holder, 0 when unlocked: for repair */
 	uint64_t next_ticket;
 
 	alignas(PD_CACHE_LINE) struct pd_pool_counters stats; /* readers: anyone */
@@ -162,7 +164,8 @@ int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
  *         generation (nothing freed); -ETIMEDOUT lock not had in time.
  */
 int pd_pool_free(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n);
-/* Hand n live slots to owner in state (e.g. LOANED -> QUEUED, broker). 0, -EINVAL, -ESTALE. */
+/* Hand n live slots to owner in state (e.g. LOANED -> QUEUED, broker); the
+ * calling process becomes responsible for them. 0, -EINVAL, -ESTALE. */
 int pd_pool_set_state(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n, uint32_t owner,
 		      uint32_t state);
 /* Cancel every waiter with this tag (they return -ECANCELED). @return how many. */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -87,6 +88,23 @@ int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
 	return pd_pthread_rc(rc);
 }
 
+int pd_mutex_lock_timeout(struct pd_mutex *mx, uint32_t timeout_ms,
+			  pd_repair_fn *repair, void *ctx)
+{
+	int rc;
+
+	if (!mx)
+		return -EINVAL;
+	rc = pthread_mutex_trylock(&mx->m);
+	if (rc == 0)
+		return 0;
+	if (rc == EOWNERDEAD)
+		return recover(mx, repair, ctx);
+	if (rc != EBUSY)
+		return pd_pthread_rc(rc);
+	return pd_mutex_lock_until(mx, pd_deadline_ms(timeout_ms), repair, ctx);
+}
+
 void pd_mutex_unlock(struct pd_mutex *mx)
 {
 	int rc = pthread_mutex_unlock(&mx->m);
@@ -116,6 +134,31 @@ void pd_cond_signal(struct pd_cond *cv)
 void pd_cond_broadcast(struct pd_cond *cv)
 {
 	(void)pthread_cond_broadcast(&cv->c);
+}
+
+static _Atomic int32_t self_pid;
+static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
+
+static void self_pid_reset(void)
+{
+	atomic_store_explicit(&self_pid, 0, memory_order_relaxed);
+}
+
+static void self_pid_register(void)
+{
+	(void)pthread_atfork(NULL, NULL, self_pid_reset);
+}
+
+int32_t pd_self_pid(void)
+{
+	int32_t pid = atomic_load_explicit(&self_pid, memory_order_relaxed);
+
+	if (PD_LIKELY(pid))
+		return pid;
+	(void)pthread_once(&self_pid_once, self_pid_register);
+	pid = (int32_t)getpid();
+	atomic_store_explicit(&self_pid, pid, memory_order_relaxed);
+	return pid;
 }
 
 int pd_pid_alive(int32_t pid)

@@ -40,6 +40,10 @@ int pd_cond_init(struct pd_cond *cv);
  */
 int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
 			pd_repair_fn *repair, void *ctx);
+/* As pd_mutex_lock_until(), but tries without reading the clock first and
+ * waits at most timeout_ms when the mutex is busy. */
+int pd_mutex_lock_timeout(struct pd_mutex *mx, uint32_t timeout_ms,
+			  pd_repair_fn *repair, void *ctx);
 void pd_mutex_unlock(struct pd_mutex *mx);
 
 /**
@@ -53,6 +57,8 @@ int pd_cond_wait_until(struct pd_cond *cv, struct pd_mutex *mx, uint64_t deadlin
 void pd_cond_signal(struct pd_cond *cv);
 void pd_cond_broadcast(struct pd_cond *cv);
 
+/* getpid(), cached (and refreshed in a forked child): no system call. */
+int32_t pd_self_pid(void);
 /* 1 when pid is a live process, 0 when it is gone. */
 int pd_pid_alive(int32_t pid);
 /* Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22);

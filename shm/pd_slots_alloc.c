@@ -1,0 +1,429 @@
+/* SPDX-License-Identifier: MIT */
+/* Slot pool: locking, owner-death repair, allocation, free, cancel, reclaim. */
+#include <errno.h>
+#include <string.h>
+
+#include "pd_log.h"
+#include "pd_slots.h"
+#include "pd_time.h"
+
+#define FLAG_FREEING 0x80000000u /* transient mark while a free is validated */
+
+static uint32_t slot_state(const struct pd_slot_desc *d)
+{
+	return atomic_load_explicit(&d->state, memory_order_relaxed);
+}
+
+static void slot_set_state(struct pd_slot_desc *d, uint32_t st)
+{
+	atomic_store_explicit(&d->state, st, memory_order_relaxed);
+}
+
+/* ---- repair ---------------------------------------------------------------- */
+
+/* The descriptors are the truth: rebuild the free stack and gauges from them. */
+static void rebuild(struct pd_pool *p)
+{
+	struct pd_pool_shm *s = p->shm;
+	uint32_t nfree = 0, nwaiters = 0;
+
+	for (uint32_t i = 0; i < p->nslots; i++) {
+		struct pd_slot_desc *d = &p->desc[i];
+
+		d->flags &= ~FLAG_FREEING;
+		if (slot_state(d) > PD_SLOT_STATE_MAX) {
+			slot_set_state(d, PD_SLOT_FREE);
+			d->gen++;
+		}
+		if (slot_state(d) == PD_SLOT_FREE)
+			p->free_stack[nfree++] = i;
+	}
+	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++)
+		nwaiters += s->waiters[i].ticket != 0;
+	s->nfree = nfree;
+	s->nwaiters = nwaiters;
+	pd_stat_set(&s->stats.in_use, p->nslots - nfree);
+}
+
+static void waiter_del(struct pd_pool_shm *s, struct pd_pool_waiter *w)
+{
+	w->ticket = 0;
+	s->nwaiters--;
+}
+
+/* Free every slot (and drop every wait) of an owner id, or of a pid. */
+static uint32_t free_owned(struct pd_pool *p, uint32_t owner, int32_t pid)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < p->nslots; i++) {
+		struct pd_slot_desc *d = &p->desc[i];
+
+		if (slot_state(d) != PD_SLOT_FREE && (pid ? d->pid == pid : d->owner == owner)) {
+			slot_set_state(d, PD_SLOT_FREE);
+			n++;
+		}
+	}
+	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
+		struct pd_pool_waiter *w = &p->shm->waiters[i];
+
+		if (w->ticket && (pid ? w->pid == pid : w->owner == owner))
+			waiter_del(p->shm, w);
+	}
+	return n;
+}
+
+/* Runs with the mutex held after its holder died, before it is made
+ * consistent: drop what the dead process held, then rebuild. */
+static int repair(void *ctx)
+{
+	struct pd_pool *p = ctx;
+	struct pd_pool_shm *s = p->shm;
+	uint32_t freed = 0;
+
+	if (s->lock_pid > 0 && !pd_pid_alive(s->lock_pid))
+		freed = free_owned(p, 0, s->lock_pid);
+	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
+		struct pd_pool_waiter *w = &s->waiters[i];
+
+		if (w->ticket && !pd_pid_alive(w->pid))
+			w->ticket = 0;
+	}
+	rebuild(p);
+	pd_stat_add1w(&s->stats.reclaimed, freed);
+	pd_stat_add1w(&s->stats.repairs, 1);
+	PD_LOG(WARN, slot, "pool repaired after holder pid %d died: %u slots reclaimed",
+	       s->lock_pid, freed);
+	pd_cond_broadcast(&s->cond);
+	return 0;
+}
+
+/* ---- locking --------------------------------------------------------------- */
+
+static void set_holder(struct pd_pool_shm *s, uint32_t owner)
+{
+	s->lock_owner = owner;
+	s->lock_pid = pd_self_pid();
+}
+
+int pd_pool_lock(struct pd_pool *p, uint32_t owner, uint64_t deadline_ns)
+{
+	int rc;
+
+	if (!p)
+		return -EINVAL;
+	rc = pd_mutex_lock_until(&p->shm->lock, deadline_ns, repair, p);
+	if (rc >= 0)
+		set_holder(p->shm, owner);
+	return rc;
+}
+
+static int lock_short(struct pd_pool *p, uint32_t owner)
+{
+	int rc = pd_mutex_lock_timeout(&p->shm->lock, PD_POOL_LOCK_MS, repair, p);
+
+	if (rc >= 0)
+		set_holder(p->shm, owner);
+	return rc;
+}
+
+void pd_pool_unlock(struct pd_pool *p)
+{
+	p->shm->lock_pid = 0;
+	pd_mutex_unlock(&p->shm->lock);
+}
+
+static void wake_waiters(struct pd_pool_shm *s)
+{
+	if (s->nwaiters)
+		pd_cond_broadcast(&s->cond);
+}
+
+/* ---- allocation ------------------------------------------------------------ */
+
+/* Check the top n entries of the free stack before touching anything. */
+static int top_valid(const struct pd_pool *p, uint32_t n)
+{
+	uint32_t nfree = p->shm->nfree;
+
+	if (nfree > p->nslots || n > nfree)
+		return 0;
+	for (uint32_t i = nfree - n; i < nfree; i++) {
+		uint32_t idx = p->free_stack[i];
+
+		if (idx >= p->nslots || slot_state(&p->desc[idx]) != PD_SLOT_FREE)
+			return 0;
+	}
+	return 1;
+}
+
+static int take(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n, pd_slot_ref *out)
+{
+	struct pd_pool_shm *s = p->shm;
+	uint32_t in_use;
+
+	if (!top_valid(p, n)) {
+		PD_LOG_RL(ERR, slot, "pool free stack corrupt; rebuilding");
+		rebuild(p);
+		if (!top_valid(p, n))
+			return -EPROTO;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t idx = p->free_stack[s->nfree - 1 - i];
+		struct pd_slot_desc *d = &p->desc[idx];
+
+		d->gen++;
+		d->owner = who->owner;
+		d->pid = who->pid;
+		d->tag = who->tag;
+		d->len = 0;
+		d->seq = 0;
+		d->flags = 0;
+		slot_set_state(d, who->state);
+		out[i] = PD_SLOT_REF(idx, d->gen);
+	}
+	s->nfree -= n;
+	in_use = p->nslots - s->nfree;
+	pd_stat_set(&s->stats.in_use, in_use);
+	pd_stat_max(&s->stats.high_water, in_use);
+	pd_stat_add1w(&s->stats.allocs, 1);
+	return 0;
+}
+
+static struct pd_pool_waiter *waiter_add(struct pd_pool_shm *s, const struct pd_pool_who *who,
+					 uint32_t n)
+{
+	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
+		struct pd_pool_waiter *w = &s->waiters[i];
+
+		if (w->ticket)
+			continue;
+		*w = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .tag = who->tag,
+					      .owner = who->owner, .pid = who->pid, .n = n };
+		s->nwaiters++;
+		return w;
+	}
+	return NULL;
+}
+
+/* FIFO: only the oldest waiter may take slots. */
+static int is_head(const struct pd_pool_shm *s, uint64_t ticket)
+{
+	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
+		uint64_t t = s->waiters[i].ticket;
+
+		if (t && t < ticket)
+			return 0;
+	}
+	return 1;
+}
+
+static void account_wait(struct pd_pool_shm *s, uint64_t t0, int rc)
+{
+	uint64_t dt = pd_now_ns() - t0;
+
+	pd_stat_add1w(&s->stats.wait_ns, dt);
+	pd_stat_max(&s->stats.wait_max_ns, dt);
+	if (rc == -ETIMEDOUT)
+		pd_stat_add1w(&s->stats.timeouts, 1);
+	else if (rc == -ECANCELED)
+		pd_stat_add1w(&s->stats.cancels, 1);
+}
+
+static int wait_and_take(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
+			 uint64_t deadline_ns, pd_slot_ref *out)
+{
+	struct pd_pool_shm *s = p->shm;
+	struct pd_pool_waiter *w = waiter_add(s, who, n);
+	uint64_t t0 = pd_now_ns(), ticket;
+	int rc = 0;
+
+	if (!w) {
+		pd_stat_add(&s->stats.refused, 1);
+		return -EAGAIN;
+	}
+	ticket = w->ticket;
+	pd_stat_add1w(&s->stats.waits, 1);
+	for (;;) {
+		if (w->ticket != ticket || w->cancelled) {
+			rc = -ECANCELED; /* cancelled, or dropped by a reclaim */
+			break;
+		}
+		if (s->nfree >= n && is_head(s, ticket)) {
+			rc = take(p, who, n, out);
+			break;
+		}
+		if (rc == -ETIMEDOUT)
+			break;
+		rc = pd_cond_wait_until(&s->cond, &s->lock, deadline_ns, repair, p);
+		if (rc == -ENOTRECOVERABLE)
+			return rc;
+		set_holder(s, who->owner);
+		if (rc > 0)
+			rc = 0;
+		if (rc < 0 && rc != -ETIMEDOUT)
+			break;
+	}
+	if (w->ticket == ticket)
+		waiter_del(s, w);
+	account_wait(s, t0, rc);
+	wake_waiters(s); /* the next head may now proceed */
+	return rc;
+}
+
+int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
+		  uint64_t deadline_ns, pd_slot_ref *out)
+{
+	struct pd_pool_shm *s;
+	int rc;
+
+	if (!p || !who || !out || n == 0 || who->state == PD_SLOT_FREE ||
+	    who->state > PD_SLOT_STATE_MAX)
+		return -EINVAL;
+	s = p->shm;
+	if (n > p->nslots) {
+		pd_stat_add(&s->stats.refused, 1);
+		return -E2BIG;
+	}
+	rc = deadline_ns ? pd_pool_lock(p, who->owner, deadline_ns) : lock_short(p, who->owner);
+	if (rc < 0)
+		return rc;
+	if (s->nwaiters == 0 && s->nfree >= n) {
+		rc = take(p, who, n, out);
+	} else if (deadline_ns == 0) {
+		pd_stat_add(&s->stats.refused, 1);
+		rc = -ENOBUFS;
+	} else {
+		rc = wait_and_take(p, who, n, deadline_ns, out);
+		if (rc == -ENOTRECOVERABLE)
+			return rc;
+	}
+	pd_pool_unlock(p);
+	return rc;
+}
+
+/* ---- free, hand-over, cancel, reclaim ---------------------------------------- */
+
+static struct pd_slot_desc *live_desc(const struct pd_pool *p, pd_slot_ref ref)
+{
+	uint32_t idx = PD_SLOT_REF_IDX(ref);
+	struct pd_slot_desc *d;
+
+	if (idx >= p->nslots)
+		return NULL;
+	d = &p->desc[idx];
+	if (d->gen != PD_SLOT_REF_GEN(ref) || slot_state(d) == PD_SLOT_FREE)
+		return NULL;
+	return d;
+}
+
+static void unmark(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		p->desc[PD_SLOT_REF_IDX(refs[i])].flags &= ~FLAG_FREEING;
+}
+
+/* Every ref live, none twice (marks are set as we go, cleared on failure). */
+static int check_refs(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct pd_slot_desc *d = live_desc(p, refs[i]);
+
+		if (!d || (d->flags & FLAG_FREEING)) {
+			unmark(p, refs, i);
+			return -ESTALE;
+		}
+		d->flags |= FLAG_FREEING;
+	}
+	unmark(p, refs, n);
+	return 0;
+}
+
+int pd_pool_free(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
+{
+	struct pd_pool_shm *s;
+	int rc;
+
+	if (!p || !refs || n > p->nslots)
+		return -EINVAL;
+	s = p->shm;
+	rc = lock_short(p, PD_POOL_OWNER_NONE);
+	if (rc < 0)
+		return rc;
+	rc = check_refs(p, refs, n);
+	if (rc == 0) {
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t idx = PD_SLOT_REF_IDX(refs[i]);
+
+			slot_set_state(&p->desc[idx], PD_SLOT_FREE);
+			p->free_stack[s->nfree++] = idx;
+		}
+		pd_stat_set(&s->stats.in_use, p->nslots - s->nfree);
+		pd_stat_add1w(&s->stats.frees, n);
+		wake_waiters(s);
+	}
+	pd_pool_unlock(p);
+	return rc;
+}
+
+int pd_pool_set_state(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n, uint32_t owner,
+		      uint32_t state)
+{
+	int rc;
+
+	if (!p || !refs || n > p->nslots || state == PD_SLOT_FREE || state > PD_SLOT_STATE_MAX)
+		return -EINVAL;
+	rc = lock_short(p, owner);
+	if (rc < 0)
+		return rc;
+	rc = check_refs(p, refs, n);
+	for (uint32_t i = 0; rc == 0 && i < n; i++) {
+		struct pd_slot_desc *d = &p->desc[PD_SLOT_REF_IDX(refs[i])];
+
+		d->owner = owner;
+		d->pid = pd_self_pid();
+		slot_set_state(d, state);
+	}
+	pd_pool_unlock(p);
+	return rc;
+}
+
+int pd_pool_cancel(struct pd_pool *p, uint64_t tag)
+{
+	int rc, n = 0;
+
+	if (!p)
+		return -EINVAL;
+	rc = lock_short(p, PD_POOL_OWNER_NONE);
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
+		struct pd_pool_waiter *w = &p->shm->waiters[i];
+
+		if (w->ticket && w->tag == tag && !w->cancelled) {
+			w->cancelled = 1;
+			n++;
+		}
+	}
+	wake_waiters(p->shm);
+	pd_pool_unlock(p);
+	return n;
+}
+
+int pd_pool_reclaim(struct pd_pool *p, uint32_t owner)
+{
+	uint32_t n;
+	int rc;
+
+	if (!p)
+		return -EINVAL;
+	rc = lock_short(p, PD_POOL_OWNER_NONE);
+	if (rc < 0)
+		return rc;
+	n = free_owned(p, owner, 0);
+	rebuild(p);
+	pd_stat_add1w(&p->shm->stats.reclaimed, n);
+	pd_cond_broadcast(&p->shm->cond);
+	pd_pool_unlock(p);
+	return (int)n;
+}
