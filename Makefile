@@ -171,3 +171,9 @@ clean:
 	rm -rf build
 
 -include $(shell find build/$(VARIANT) -name '*.d' 2>/dev/null)
+
+.PHONY: demo
+demo:
+	@echo "make demo: not available yet: it needs pdbroker and pdbench, which are not built yet."
+	@echo "Run 'make test' to build and test what exists (the shared-memory core)."
+	@exit 2
