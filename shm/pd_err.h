@@ -8,6 +8,7 @@
  *   pthread, verbs: positive errno   -> pd_pthread_rc()
  */
 #include <errno.h>
+#include <stddef.h>
 
 #include <pdkv/types.h>
 
