@@ -45,7 +45,7 @@ ifeq ($(CI),true)
   WARN += -Werror
 endif
 
-CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm -Itests/support
 CFLAGS_ALL = -std=c11 $(OPT) -fPIC $(WARN) $(SANFLAGS) $(PC_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
 LDLIBS_ALL = $(PC_LIBS_CORE) -lpthread $(LDLIBS)
@@ -75,6 +75,8 @@ HEADERS := $(wildcard include/pdkv/*.h shm/*.h agent/*.h broker/*.h)
 DEPS_STAMP := build/.deps-ok
 
 .PHONY: all test check tsan install clean deps bench check-headers check-symbols help
+# Keep objects of test and bench programs (make treats them as intermediate).
+.SECONDARY:
 .DEFAULT_GOAL := all
 
 all: $(LIBCORE) $(LIBAGENT) $(BINS)
