@@ -80,7 +80,8 @@ int pd_segment_validate(const struct pd_shm_hdr *h, size_t maplen, char *err, si
 /* Base of region id, or NULL when absent; *len gets its length. */
 void *pd_segment_region(const struct pd_segment *s, uint32_t id, size_t *len);
 
-/* Unmap and close; the creator also unlinks the name. NULL-safe. */
+/* Unmap and close; the creator also unlinks the name, if the name still
+ * refers to its own segment. NULL-safe. */
 void pd_segment_destroy(struct pd_segment *s);
 /* Remove "/pdkv.<name>" (e.g. a stale segment). */
 int pd_segment_unlink(const char *name);
