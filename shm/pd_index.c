@@ -208,7 +208,9 @@ int pd_index_insert(struct pd_index *ix, const void *key, uint32_t klen,
 	e = &ix->entries[reuse];
 	if (e->state == PD_INDEX_DELETED)
 		ix->shm->tombstones--;
-	*e = (struct pd_index_entry){ .state = PD_INDEX_FREE, .hash = h, .req = v->req,
+	/* Keep the bucket's state (a tombstone stays one) until store_state():
+	 * a holder killed here must not end the probe run of keys after it. */
+	*e = (struct pd_index_entry){ .state = e->state, .hash = h, .req = v->req,
 				      .slot = v->slot, .gen = v->gen, .len = v->len,
 				      .klen = (uint16_t)klen };
 	memcpy(e->key, key, klen);
