@@ -208,11 +208,16 @@ int pd_index_insert(struct pd_index *ix, const void *key, uint32_t klen,
 	e = &ix->entries[reuse];
 	if (e->state == PD_INDEX_DELETED)
 		ix->shm->tombstones--;
-	/* Keep the bucket's state (a tombstone stays one) until store_state():
-	 * a holder killed here must not end the probe run of keys after it. */
-	*e = (struct pd_index_entry){ .state = e->state, .hash = h, .req = v->req,
-				      .slot = v->slot, .gen = v->gen, .len = v->len,
-				      .klen = (uint16_t)klen };
+	/* Field by field, never the state word: a tombstone stays one until
+	 * store_state(), so a holder killed here does not end the probe run
+	 * of the keys after it. */
+	e->refcount = 0;
+	e->hash = h;
+	e->req = v->req;
+	e->slot = v->slot;
+	e->gen = v->gen;
+	e->len = v->len;
+	e->klen = (uint16_t)klen;
 	memcpy(e->key, key, klen);
 	store_state(e, v->state);
 	ix->shm->count++;
