@@ -32,39 +32,66 @@ int pd_ring_init(struct pd_ring *r, size_t len, uint32_t count, uint32_t esize)
 	return 0;
 }
 
-int pd_ring_check(const struct pd_ring *r, size_t len)
+/* Geometry of a private snapshot of the header. */
+static int header_ok(const struct pd_ring *h, size_t len)
 {
-	uint32_t size, head, tail;
-	int64_t need;
+	int64_t need = pd_ring_memsize(h->size, h->esize);
+
+	return h->magic == PD_RING_MAGIC && need >= 0 && (uint64_t)need <= len &&
+	       h->mask == h->size - 1;
+}
+
+/* Each header field read from shm exactly once (volatile: the compiler may
+ * not re-read r instead of the copy). */
+static void header_snapshot(const volatile struct pd_ring *r, struct pd_ring *h)
+{
+	h->magic = r->magic;
+	h->size = r->size;
+	h->mask = r->mask;
+	h->esize = r->esize;
+}
+
+/* Copy the header out of shm once, validate that copy, then the indices.
+ * The peer may rewrite shm at any time, so nothing is read twice. */
+static int check_snapshot(const struct pd_ring *r, size_t len, struct pd_ring *h)
+{
+	uint32_t head, tail;
 
 	if (!r || len < sizeof(*r) || (uintptr_t)r % PD_CACHE_LINE)
 		return -EPROTO;
-	size = r->size;
-	need = pd_ring_memsize(size, r->esize);
-	if (r->magic != PD_RING_MAGIC || need < 0 || (uint64_t)need > len || r->mask != size - 1)
+	header_snapshot(r, h);
+	if (!header_ok(h, len))
 		return -EPROTO;
 	tail = atomic_load_explicit(&r->tail, memory_order_acquire);
 	head = atomic_load_explicit(&r->head, memory_order_acquire);
-	return tail - head > size ? -EPROTO : 0;
+	return tail - head > h->size ? -EPROTO : 0;
+}
+
+int pd_ring_check(const struct pd_ring *r, size_t len)
+{
+	struct pd_ring h;
+
+	return check_snapshot(r, len, &h);
 }
 
 int pd_ring_view_init(struct pd_ring_view *v, struct pd_ring *r, size_t len)
 {
-	struct pd_ring copy;
+	struct pd_ring h;
 	int rc;
 
 	if (!v || !r)
 		return -EINVAL;
-	/* Check, then cache exactly the geometry that was checked. */
-	memcpy(&copy, r, offsetof(struct pd_ring, tail));
-	rc = pd_ring_check(r, len);
-	if (rc < 0 || copy.size != r->size || copy.esize != r->esize)
-		return -EPROTO;
+	/* Cache exactly the snapshot that was checked. (Checking the live
+	 * header, then re-reading it, let a peer flipping size in between
+	 * get an unchecked size into the view.) */
+	rc = check_snapshot(r, len, &h);
+	if (rc < 0)
+		return rc;
 	v->r = r;
 	v->elems = r->elems;
-	v->size = copy.size;
-	v->mask = copy.size - 1;
-	v->esize = copy.esize;
+	v->size = h.size;
+	v->mask = h.mask;
+	v->esize = h.esize;
 	return 0;
 }
 

@@ -29,6 +29,24 @@
 #define PD_RING_MAX_COUNT (1u << 24)
 #define PD_RING_MAX_ESIZE 1024u
 
+/*
+ * The NEED_WAKEUP handshake is Dekker-style: each side stores, issues a full
+ * fence, then loads. TSan neither models fences nor accepts them (gcc
+ * -Wtsan), so under TSan the fences go and the four accesses become seq_cst
+ * operations, which give the same guarantee in the C11 model.
+ */
+#ifdef __SANITIZE_THREAD__
+#define PD_RING_FLAG_MO      memory_order_seq_cst
+#define PD_RING_TAIL_LOAD_MO memory_order_seq_cst
+#define PD_RING_TAIL_PUB_MO  memory_order_seq_cst
+#define PD_RING_FULL_FENCE() do { } while (0)
+#else
+#define PD_RING_FLAG_MO      memory_order_relaxed
+#define PD_RING_TAIL_LOAD_MO memory_order_acquire
+#define PD_RING_TAIL_PUB_MO  memory_order_release
+#define PD_RING_FULL_FENCE() atomic_thread_fence(memory_order_seq_cst)
+#endif
+
 struct pd_ring {
 	/* Immutable after pd_ring_init(); writer: creator. */
 	uint32_t magic;
@@ -114,6 +132,8 @@ static inline int pd_ring__enqueue(struct pd_ring_view *v, const void *src, uint
 	uint32_t used = tail - head;
 	uint32_t room;
 
+	if (n == 0)
+		return 0;
 	if (PD_UNLIKELY(used > v->size))
 		return -EPROTO; /* the consumer's index is corrupt */
 	room = v->size - used;
@@ -126,7 +146,7 @@ static inline int pd_ring__enqueue(struct pd_ring_view *v, const void *src, uint
 	}
 	pd_ring__copy_in(v, tail, src, n);
 	/* R1: pairs with A2 in dequeue: entry bytes are visible before the tail. */
-	atomic_store_explicit(&r->tail, tail + n, memory_order_release);
+	atomic_store_explicit(&r->tail, tail + n, PD_RING_TAIL_PUB_MO);
 	return (int)n;
 }
 
@@ -191,8 +211,8 @@ static inline uint32_t pd_ring_count(const struct pd_ring_view *v)
 static inline int pd_ring_needs_wakeup(struct pd_ring_view *v)
 {
 	/* F2: pairs with F1: our tail store is ordered before the flag load. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (!atomic_load_explicit(&v->r->need_wakeup, memory_order_relaxed))
+	PD_RING_FULL_FENCE();
+	if (!atomic_load_explicit(&v->r->need_wakeup, PD_RING_FLAG_MO))
 		return 0;
 	atomic_fetch_add_explicit(&v->r->doorbells, 1, memory_order_relaxed);
 	return 1;
@@ -205,10 +225,10 @@ static inline int pd_ring_sleep_prepare(struct pd_ring_view *v)
 {
 	struct pd_ring *r = v->r;
 
-	atomic_store_explicit(&r->need_wakeup, 1, memory_order_relaxed);
+	atomic_store_explicit(&r->need_wakeup, 1, PD_RING_FLAG_MO);
 	/* F1: pairs with F2: the flag store is ordered before the tail load. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&r->tail, memory_order_acquire) !=
+	PD_RING_FULL_FENCE();
+	if (atomic_load_explicit(&r->tail, PD_RING_TAIL_LOAD_MO) !=
 	    atomic_load_explicit(&r->head, memory_order_relaxed)) {
 		atomic_store_explicit(&r->need_wakeup, 0, memory_order_relaxed);
 		return 0;
