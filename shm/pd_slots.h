@@ -34,6 +34,7 @@
 #define PD_POOL_MAX_SLOTS   (1u << 24)
 #define PD_POOL_MAX_WAITERS 128u
 #define PD_POOL_LOCK_MS     5000u /* bound on lock waits of calls without a deadline */
+#define PD_POOL_SLICE_MS    200u  /* a waiter re-checks the queue at least this often */
 #define PD_POOL_OWNER_NONE  UINT32_MAX /* lock holder not acting for an owner */
 
 /* Slot states. Send pool: FREE -> LOANED -> QUEUED -> IN_FLIGHT -> FREE.

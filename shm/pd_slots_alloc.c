@@ -7,7 +7,9 @@
 #include "pd_slots.h"
 #include "pd_time.h"
 
-#define FLAG_FREEING 0x80000000u /* transient mark while a free is validated */
+/* Transient mark in the state word (written only under the mutex) while a
+ * free or hand-over checks its refs: finds a ref repeated in one call. */
+#define STATE_MARK 0x80000000u
 
 static uint32_t slot_state(const struct pd_slot_desc *d)
 {
@@ -30,7 +32,7 @@ static void rebuild(struct pd_pool *p)
 	for (uint32_t i = 0; i < p->nslots; i++) {
 		struct pd_slot_desc *d = &p->desc[i];
 
-		d->flags &= ~FLAG_FREEING;
+		slot_set_state(d, slot_state(d) & ~STATE_MARK); /* a holder died mid-check */
 		if (slot_state(d) > PD_SLOT_STATE_MAX) {
 			slot_set_state(d, PD_SLOT_FREE);
 			d->gen++;
@@ -141,20 +143,41 @@ static void wake_waiters(struct pd_pool_shm *s)
 
 /* ---- allocation ------------------------------------------------------------ */
 
-/* Check the top n entries of the free stack before touching anything. */
-static int top_valid(const struct pd_pool *p, uint32_t n)
+/* Undo the first n grants of take_pass(): those slots were free. */
+static void take_undo(struct pd_pool *p, const pd_slot_ref *out, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		slot_set_state(&p->desc[PD_SLOT_REF_IDX(out[i])], PD_SLOT_FREE);
+}
+
+/* Grant the top n entries of the free stack, checking each as it goes.
+ * 0, or -EPROTO with nothing granted. */
+static int take_pass(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
+		     pd_slot_ref *out)
 {
 	uint32_t nfree = p->shm->nfree;
 
 	if (nfree > p->nslots || n > nfree)
-		return 0;
-	for (uint32_t i = nfree - n; i < nfree; i++) {
-		uint32_t idx = p->free_stack[i];
+		return -EPROTO;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t idx = p->free_stack[nfree - 1 - i];
+		struct pd_slot_desc *d;
 
-		if (idx >= p->nslots || slot_state(&p->desc[idx]) != PD_SLOT_FREE)
-			return 0;
+		if (idx >= p->nslots || slot_state(&p->desc[idx]) != PD_SLOT_FREE) {
+			take_undo(p, out, i);
+			return -EPROTO;
+		}
+		d = &p->desc[idx];
+		d->gen++;
+		d->owner = who->owner;
+		d->pid = who->pid;
+		d->tag = who->tag;
+		d->len = 0;
+		d->flags = 0;
+		slot_set_state(d, who->state);
+		out[i] = PD_SLOT_REF(idx, d->gen);
 	}
-	return 1;
+	return 0;
 }
 
 static int take(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n, pd_slot_ref *out)
@@ -162,25 +185,11 @@ static int take(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n, pd
 	struct pd_pool_shm *s = p->shm;
 	uint32_t in_use;
 
-	if (!top_valid(p, n)) {
+	if (take_pass(p, who, n, out) < 0) {
 		PD_LOG_RL(ERR, slot, "pool free stack corrupt; rebuilding");
 		rebuild(p);
-		if (!top_valid(p, n))
+		if (take_pass(p, who, n, out) < 0)
 			return -EPROTO;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t idx = p->free_stack[s->nfree - 1 - i];
-		struct pd_slot_desc *d = &p->desc[idx];
-
-		d->gen++;
-		d->owner = who->owner;
-		d->pid = who->pid;
-		d->tag = who->tag;
-		d->len = 0;
-		d->seq = 0;
-		d->flags = 0;
-		slot_set_state(d, who->state);
-		out[i] = PD_SLOT_REF(idx, d->gen);
 	}
 	s->nfree -= n;
 	in_use = p->nslots - s->nfree;
@@ -230,6 +239,42 @@ static void account_wait(struct pd_pool_shm *s, uint64_t t0, int rc)
 		pd_stat_add1w(&s->stats.cancels, 1);
 }
 
+/* Waiters ahead of ticket whose process is gone would block the queue
+ * until the broker reclaims them: drop them now. */
+static void drop_dead_ahead(struct pd_pool_shm *s, uint64_t ticket)
+{
+	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
+		struct pd_pool_waiter *w = &s->waiters[i];
+
+		if (w->ticket && w->ticket < ticket && !pd_pid_alive(w->pid)) {
+			PD_LOG(WARN, slot, "dropping wait of dead pid %d", w->pid);
+			waiter_del(s, w);
+		}
+	}
+}
+
+/* 1 when this waiter may take its n slots now. */
+static int my_turn(struct pd_pool_shm *s, uint64_t ticket, uint32_t n)
+{
+	if (s->nfree < n)
+		return 0;
+	if (!is_head(s, ticket))
+		drop_dead_ahead(s, ticket);
+	return is_head(s, ticket);
+}
+
+/* Sleep in slices, so that a dead waiter ahead is noticed without help. */
+static int wait_slice(struct pd_pool *p, uint64_t deadline_ns)
+{
+	uint64_t slice = pd_now_ns() + PD_POOL_SLICE_MS * PD_NS_PER_MS;
+	int rc = pd_cond_wait_until(&p->shm->cond, &p->shm->lock,
+				    slice < deadline_ns ? slice : deadline_ns, repair, p);
+
+	if (rc == -ETIMEDOUT && slice < deadline_ns)
+		return 0;
+	return rc > 0 ? 0 : rc;
+}
+
 static int wait_and_take(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 			 uint64_t deadline_ns, pd_slot_ref *out)
 {
@@ -249,18 +294,16 @@ static int wait_and_take(struct pd_pool *p, const struct pd_pool_who *who, uint3
 			rc = -ECANCELED; /* cancelled, or dropped by a reclaim */
 			break;
 		}
-		if (s->nfree >= n && is_head(s, ticket)) {
+		if (my_turn(s, ticket, n)) {
 			rc = take(p, who, n, out);
 			break;
 		}
 		if (rc == -ETIMEDOUT)
 			break;
-		rc = pd_cond_wait_until(&s->cond, &s->lock, deadline_ns, repair, p);
-		if (rc == -ENOTRECOVERABLE)
-			return rc;
+		rc = wait_slice(p, deadline_ns);
+		if (pd_sync_lost(rc))
+			return rc; /* mutex not held: leave the entry to repair */
 		set_holder(s, who->owner);
-		if (rc > 0)
-			rc = 0;
 		if (rc < 0 && rc != -ETIMEDOUT)
 			break;
 	}
@@ -295,7 +338,7 @@ int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 		rc = -ENOBUFS;
 	} else {
 		rc = wait_and_take(p, who, n, deadline_ns, out);
-		if (rc == -ENOTRECOVERABLE)
+		if (pd_sync_lost(rc))
 			return rc;
 	}
 	pd_pool_unlock(p);
@@ -319,23 +362,27 @@ static struct pd_slot_desc *live_desc(const struct pd_pool *p, pd_slot_ref ref)
 
 static void unmark(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++)
-		p->desc[PD_SLOT_REF_IDX(refs[i])].flags &= ~FLAG_FREEING;
+	for (uint32_t i = 0; i < n; i++) {
+		struct pd_slot_desc *d = &p->desc[PD_SLOT_REF_IDX(refs[i])];
+
+		slot_set_state(d, slot_state(d) & ~STATE_MARK);
+	}
 }
 
-/* Every ref live, none twice (marks are set as we go, cleared on failure). */
+/* Every ref live and none twice: each is marked as it is checked. On
+ * success the caller's pass overwrites the marked states; on failure the
+ * marks are removed here and nothing changed. */
 static int check_refs(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		struct pd_slot_desc *d = live_desc(p, refs[i]);
 
-		if (!d || (d->flags & FLAG_FREEING)) {
+		if (!d || (slot_state(d) & STATE_MARK)) {
 			unmark(p, refs, i);
 			return -ESTALE;
 		}
-		d->flags |= FLAG_FREEING;
+		slot_set_state(d, slot_state(d) | STATE_MARK);
 	}
-	unmark(p, refs, n);
 	return 0;
 }
 

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <linux/futex.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "pd_err.h"
@@ -20,6 +23,7 @@ int pd_mutex_init(struct pd_mutex *mx)
 
 	if (!mx)
 		return -EINVAL;
+	atomic_store_explicit(&mx->unrecoverable, 0, memory_order_relaxed);
 	rc = pthread_mutexattr_init(&a);
 	if (rc)
 		return pd_pthread_rc(rc);
@@ -36,21 +40,11 @@ int pd_mutex_init(struct pd_mutex *mx)
 
 int pd_cond_init(struct pd_cond *cv)
 {
-	pthread_condattr_t a;
-	int rc;
-
 	if (!cv)
 		return -EINVAL;
-	rc = pthread_condattr_init(&a);
-	if (rc)
-		return pd_pthread_rc(rc);
-	rc = pthread_condattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-	if (!rc)
-		rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	if (!rc)
-		rc = pthread_cond_init(&cv->c, &a);
-	(void)pthread_condattr_destroy(&a);
-	return pd_pthread_rc(rc);
+	atomic_store_explicit(&cv->seq, 0, memory_order_relaxed);
+	atomic_store_explicit(&cv->waiters, 0, memory_order_relaxed);
+	return 0;
 }
 
 /* The holder died: repair, then declare the state consistent. On a failed
@@ -62,6 +56,7 @@ static int recover(struct pd_mutex *mx, pd_repair_fn *repair, void *ctx)
 
 	if (rc < 0) {
 		PD_LOG(ERR, shm, "repair after owner death failed: %s", pd_strerror(rc));
+		atomic_store_explicit(&mx->unrecoverable, 1, memory_order_relaxed);
 		(void)pthread_mutex_unlock(&mx->m);
 		return -ENOTRECOVERABLE;
 	}
@@ -74,15 +69,37 @@ static int recover(struct pd_mutex *mx, pd_repair_fn *repair, void *ctx)
 	return 1;
 }
 
+/* Lock with an absolute CLOCK_MONOTONIC deadline. TSan (gcc 12) does not
+ * intercept pthread_mutex_clocklock: its builds use timedlock on the
+ * equivalent CLOCK_REALTIME deadline. */
+static int lock_abs(pthread_mutex_t *m, uint64_t deadline_ns)
+{
+#ifdef __SANITIZE_THREAD__
+	struct timespec rt;
+	uint64_t now = pd_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0;
+
+	(void)clock_gettime(CLOCK_REALTIME, &rt);
+	rt = pd_ns_to_ts((uint64_t)rt.tv_sec * PD_NS_PER_S + (uint64_t)rt.tv_nsec + left);
+	return pthread_mutex_timedlock(m, &rt);
+#else
+	struct timespec ts = pd_ns_to_ts(deadline_ns);
+
+	return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+#endif
+}
+
 int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
 			pd_repair_fn *repair, void *ctx)
 {
-	struct timespec ts = pd_ns_to_ts(deadline_ns);
 	int rc;
 
 	if (!mx)
 		return -EINVAL;
-	rc = pthread_mutex_clocklock(&mx->m, CLOCK_MONOTONIC, &ts);
+	if (atomic_load_explicit(&mx->unrecoverable, memory_order_relaxed))
+		return -ENOTRECOVERABLE;
+	rc = pthread_mutex_trylock(&mx->m);
+	if (rc == EBUSY)
+		rc = lock_abs(&mx->m, deadline_ns);
 	if (rc == EOWNERDEAD)
 		return recover(mx, repair, ctx);
 	return pd_pthread_rc(rc);
@@ -95,6 +112,8 @@ int pd_mutex_lock_timeout(struct pd_mutex *mx, uint32_t timeout_ms,
 
 	if (!mx)
 		return -EINVAL;
+	if (atomic_load_explicit(&mx->unrecoverable, memory_order_relaxed))
+		return -ENOTRECOVERABLE;
 	rc = pthread_mutex_trylock(&mx->m);
 	if (rc == 0)
 		return 0;
@@ -112,28 +131,52 @@ void pd_mutex_unlock(struct pd_mutex *mx)
 	PD_ASSERT(rc == 0);
 }
 
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+	/* Shared (not FUTEX_PRIVATE_FLAG): waiters live in other processes.
+	 * FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC timeout. */
+	return syscall(SYS_futex, word, op, val, ts, NULL, FUTEX_BITSET_MATCH_ANY);
+}
+
 int pd_cond_wait_until(struct pd_cond *cv, struct pd_mutex *mx, uint64_t deadline_ns,
 		       pd_repair_fn *repair, void *ctx)
 {
 	struct timespec ts = pd_ns_to_ts(deadline_ns);
-	int rc;
+	uint32_t seq;
+	int timed_out, rc;
 
 	if (!cv || !mx)
 		return -EINVAL;
-	rc = pthread_cond_timedwait(&cv->c, &mx->m, &ts);
-	if (rc == EOWNERDEAD)
-		return recover(mx, repair, ctx);
-	return pd_pthread_rc(rc);
+	/* Read under the mutex: a signal after our unlock changes seq, and
+	 * the futex then returns at once instead of sleeping through it. */
+	seq = atomic_load_explicit(&cv->seq, memory_order_acquire);
+	atomic_fetch_add_explicit(&cv->waiters, 1, memory_order_relaxed);
+	pd_mutex_unlock(mx);
+	timed_out = futex(&cv->seq, FUTEX_WAIT_BITSET, seq, &ts) < 0 && errno == ETIMEDOUT;
+	atomic_fetch_sub_explicit(&cv->waiters, 1, memory_order_relaxed);
+	rc = pd_mutex_lock_until(mx, pd_deadline_ms(PD_COND_RELOCK_MS), repair, ctx);
+	if (rc == -ETIMEDOUT)
+		return -ENOLCK;
+	if (rc < 0)
+		return rc;
+	return timed_out && rc == 0 ? -ETIMEDOUT : rc;
+}
+
+static void wake(struct pd_cond *cv, int n)
+{
+	atomic_fetch_add_explicit(&cv->seq, 1, memory_order_release);
+	if (atomic_load_explicit(&cv->waiters, memory_order_relaxed))
+		(void)futex(&cv->seq, FUTEX_WAKE, (uint32_t)n, NULL);
 }
 
 void pd_cond_signal(struct pd_cond *cv)
 {
-	(void)pthread_cond_signal(&cv->c);
+	wake(cv, 1);
 }
 
 void pd_cond_broadcast(struct pd_cond *cv)
 {
-	(void)pthread_cond_broadcast(&cv->c);
+	wake(cv, INT32_MAX);
 }
 
 static _Atomic int32_t self_pid;
@@ -161,11 +204,37 @@ int32_t pd_self_pid(void)
 	return pid;
 }
 
+/* State letter of pid from /proc (field 3), or 0 when unreadable. */
+static char pid_state(int32_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	(void)close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
 int pd_pid_alive(int32_t pid)
 {
+	char st;
+
 	if (pid <= 0)
 		return 0;
-	return kill(pid, 0) == 0 || errno == EPERM;
+	if (kill(pid, 0) < 0 && errno != EPERM)
+		return 0;
+	/* A zombie still answers kill(); it holds nothing any more. */
+	st = pid_state(pid);
+	return st != 'Z' && st != 'X';
 }
 
 int pd_pid_start_time(int32_t pid, uint64_t *out)

@@ -13,7 +13,9 @@
  * declared consistent unrepaired, which is only right for mutexes whose
  * protected state is always consistent.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* Repair the state a mutex protects after its holder died; may fail. */
@@ -21,15 +23,31 @@ typedef int pd_repair_fn(void *ctx);
 
 struct pd_mutex {
 	pthread_mutex_t m;
+	/* Set when a repair failed: the mutex is dead for everyone. Checked
+	 * before touching m (glibc's trylock mishandles an unrecoverable
+	 * robust mutex: it leaves the lock word owned by the caller). */
+	_Atomic uint32_t unrecoverable;
+	uint32_t _rsvd;
 };
 
+/*
+ * A futex-based condition variable. A glibc process-shared pthread_cond_t
+ * keeps per-waiter state: a waiter killed while blocked can make the next
+ * broadcast block forever (with the caller's mutex held). This one keeps
+ * nothing per waiter: a sequence word (the futex) and a waiter hint. A dead
+ * waiter leaves at most a stale hint, which costs one wake syscall.
+ */
 struct pd_cond {
-	pthread_cond_t c;
+	_Atomic uint32_t seq;     /* futex word; bumped by every signal/broadcast */
+	_Atomic uint32_t waiters; /* hint: blocked waiters (may overcount, never under) */
 };
+
+/* How long a woken waiter tries to take its mutex back. */
+#define PD_COND_RELOCK_MS 10000u
 
 /* Initialise in caller (shared) memory: process-shared, robust, errorcheck. */
 int pd_mutex_init(struct pd_mutex *mx);
-/* Process-shared, CLOCK_MONOTONIC. */
+/* Zero the condvar (process-shared, CLOCK_MONOTONIC by construction). */
 int pd_cond_init(struct pd_cond *cv);
 
 /**
@@ -48,18 +66,26 @@ void pd_mutex_unlock(struct pd_mutex *mx);
 
 /**
  * Wait on cv with mx held until signalled or deadline_ns. The mutex is held
- * again on every return except -ENOTRECOVERABLE.
+ * again on every return except -ENOTRECOVERABLE and -ENOLCK (see
+ * pd_sync_lost()).
  * @return 0 woken (possibly spuriously); 1 woken and a dead holder's state
- *         was repaired; -ETIMEDOUT; -ENOTRECOVERABLE; -EINVAL.
+ *         was repaired; -ETIMEDOUT; -ENOTRECOVERABLE; -ENOLCK the mutex was
+ *         not had back within PD_COND_RELOCK_MS (a live holder is stuck);
+ *         -EINVAL.
  */
 int pd_cond_wait_until(struct pd_cond *cv, struct pd_mutex *mx, uint64_t deadline_ns,
 		       pd_repair_fn *repair, void *ctx);
+/* 1 when a pd_cond_wait_until() result means the mutex is not held. */
+static inline int pd_sync_lost(int rc)
+{
+	return rc == -ENOTRECOVERABLE || rc == -ENOLCK;
+}
 void pd_cond_signal(struct pd_cond *cv);
 void pd_cond_broadcast(struct pd_cond *cv);
 
 /* getpid(), cached (and refreshed in a forked child): no system call. */
 int32_t pd_self_pid(void);
-/* 1 when pid is a live process, 0 when it is gone. */
+/* 1 when pid is a live process, 0 when it is gone (or a zombie). */
 int pd_pid_alive(int32_t pid);
 /* Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22);
  * with the pid it identifies a process across pid reuse. */
