@@ -233,10 +233,11 @@ static void account_wait(struct pd_pool_shm *s, uint64_t t0, int rc)
 
 	pd_stat_add1w(&s->stats.wait_ns, dt);
 	pd_stat_max(&s->stats.wait_max_ns, dt);
+	/* Locked adds: timeouts are also counted outside the mutex. */
 	if (rc == -ETIMEDOUT)
-		pd_stat_add1w(&s->stats.timeouts, 1);
+		pd_stat_add(&s->stats.timeouts, 1);
 	else if (rc == -ECANCELED)
-		pd_stat_add1w(&s->stats.cancels, 1);
+		pd_stat_add(&s->stats.cancels, 1);
 }
 
 /* Waiters ahead of ticket whose process is gone would block the queue
@@ -329,8 +330,11 @@ int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 		return -E2BIG;
 	}
 	rc = deadline_ns ? pd_pool_lock(p, who->owner, deadline_ns) : lock_short(p, who->owner);
-	if (rc < 0)
+	if (rc < 0) {
+		if (rc == -ETIMEDOUT)
+			pd_stat_add(&s->stats.timeouts, 1);
 		return rc;
+	}
 	if (s->nwaiters == 0 && s->nfree >= n) {
 		rc = take(p, who, n, out);
 	} else if (deadline_ns == 0) {

@@ -61,31 +61,6 @@ struct batch {
 	uint64_t token;
 };
 
-/*
- * The TSan runtime of GCC 12 does not intercept pthread_mutex_clocklock(),
- * which pd_mutex_lock_until() uses: TSan would see the unlock of a mutex it
- * never saw locked, and none of the ordering it gives. Route it, in this
- * binary only, to pthread_mutex_timedlock(), which TSan does intercept, on
- * the equivalent CLOCK_REALTIME deadline (a clock step could lengthen a wait;
- * harmless here).
- */
-int pthread_mutex_clocklock(pthread_mutex_t *restrict m, clockid_t clock,
-			    const struct timespec *restrict abstime)
-{
-	struct timespec now, rt;
-	int64_t left_ns;
-
-	if (clock != CLOCK_MONOTONIC)
-		return pthread_mutex_timedlock(m, abstime);
-	(void)clock_gettime(CLOCK_MONOTONIC, &now);
-	left_ns = (int64_t)(abstime->tv_sec - now.tv_sec) * (int64_t)PD_NS_PER_S +
-		  (abstime->tv_nsec - now.tv_nsec);
-	(void)clock_gettime(CLOCK_REALTIME, &rt);
-	rt = pd_ns_to_ts((uint64_t)rt.tv_sec * PD_NS_PER_S + (uint64_t)rt.tv_nsec +
-			 (uint64_t)(left_ns > 0 ? left_ns : 0));
-	return pthread_mutex_timedlock(m, &rt);
-}
-
 static struct pd_pool_who who_of(uint32_t owner, uint64_t tag)
 {
 	return (struct pd_pool_who){ .owner = owner, .pid = (int32_t)getpid(), .tag = tag,
