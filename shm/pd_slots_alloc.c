@@ -155,27 +155,33 @@ static void take_undo(struct pd_pool *p, const pd_slot_ref *out, uint32_t n)
 static int take_pass(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 		     pd_slot_ref *out)
 {
-	uint32_t nfree = p->shm->nfree;
+	/* Locals: stores through desc may alias p and who, so the compiler
+	 * would otherwise reload them for every slot. */
+	const struct pd_pool_who w = *who;
+	struct pd_slot_desc *desc = p->desc;
+	const uint32_t *top = p->free_stack + p->shm->nfree;
+	uint32_t nslots = p->nslots, nfree = p->shm->nfree;
 
-	if (nfree > p->nslots || n > nfree)
+	if (nfree > nslots || n > nfree)
 		return -EPROTO;
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t idx = p->free_stack[nfree - 1 - i];
+		uint32_t idx = top[-1 - (int64_t)i], gen;
 		struct pd_slot_desc *d;
 
-		if (idx >= p->nslots || slot_state(&p->desc[idx]) != PD_SLOT_FREE) {
+		if (idx >= nslots || slot_state(&desc[idx]) != PD_SLOT_FREE) {
 			take_undo(p, out, i);
 			return -EPROTO;
 		}
-		d = &p->desc[idx];
-		d->gen++;
-		d->owner = who->owner;
-		d->pid = who->pid;
-		d->tag = who->tag;
+		d = &desc[idx];
+		gen = d->gen + 1;
+		d->gen = gen;
+		d->owner = w.owner;
+		d->pid = w.pid;
+		d->tag = w.tag;
 		d->len = 0;
 		d->flags = 0;
-		slot_set_state(d, who->state);
-		out[i] = PD_SLOT_REF(idx, d->gen);
+		slot_set_state(d, w.state);
+		out[i] = PD_SLOT_REF(idx, gen);
 	}
 	return 0;
 }
@@ -351,19 +357,6 @@ int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 
 /* ---- free, hand-over, cancel, reclaim ---------------------------------------- */
 
-static struct pd_slot_desc *live_desc(const struct pd_pool *p, pd_slot_ref ref)
-{
-	uint32_t idx = PD_SLOT_REF_IDX(ref);
-	struct pd_slot_desc *d;
-
-	if (idx >= p->nslots)
-		return NULL;
-	d = &p->desc[idx];
-	if (d->gen != PD_SLOT_REF_GEN(ref) || slot_state(d) == PD_SLOT_FREE)
-		return NULL;
-	return d;
-}
-
 static void unmark(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
@@ -378,16 +371,35 @@ static void unmark(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
  * marks are removed here and nothing changed. */
 static int check_refs(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		struct pd_slot_desc *d = live_desc(p, refs[i]);
+	struct pd_slot_desc *desc = p->desc;
+	uint32_t nslots = p->nslots;
 
-		if (!d || (slot_state(d) & STATE_MARK)) {
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t idx = PD_SLOT_REF_IDX(refs[i]), st;
+
+		if (idx >= nslots || desc[idx].gen != PD_SLOT_REF_GEN(refs[i]) ||
+		    (st = slot_state(&desc[idx])) == PD_SLOT_FREE || (st & STATE_MARK)) {
 			unmark(p, refs, i);
 			return -ESTALE;
 		}
-		slot_set_state(d, slot_state(d) | STATE_MARK);
+		slot_set_state(&desc[idx], st | STATE_MARK);
 	}
 	return 0;
+}
+
+/* Free checked refs: state FREE, onto the stack. */
+static void push_free(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
+{
+	struct pd_slot_desc *desc = p->desc;
+	uint32_t *stack = p->free_stack, nfree = p->shm->nfree;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t idx = PD_SLOT_REF_IDX(refs[i]);
+
+		slot_set_state(&desc[idx], PD_SLOT_FREE);
+		stack[nfree++] = idx;
+	}
+	p->shm->nfree = nfree;
 }
 
 int pd_pool_free(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
@@ -403,12 +415,7 @@ int pd_pool_free(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 		return rc;
 	rc = check_refs(p, refs, n);
 	if (rc == 0) {
-		for (uint32_t i = 0; i < n; i++) {
-			uint32_t idx = PD_SLOT_REF_IDX(refs[i]);
-
-			slot_set_state(&p->desc[idx], PD_SLOT_FREE);
-			p->free_stack[s->nfree++] = idx;
-		}
+		push_free(p, refs, n);
 		pd_stat_set(&s->stats.in_use, p->nslots - s->nfree);
 		pd_stat_add1w(&s->stats.frees, n);
 		wake_waiters(s);
