@@ -88,8 +88,10 @@ static int lock_abs(pthread_mutex_t *m, uint64_t deadline_ns)
 #endif
 }
 
-int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
-			pd_repair_fn *repair, void *ctx)
+/* Try once; only when the mutex is busy wait until deadline_ns, or, when
+ * that is 0, timeout_ms from now (the clock is read only then). */
+static int lock_impl(struct pd_mutex *mx, uint64_t deadline_ns, uint32_t timeout_ms,
+		     pd_repair_fn *repair, void *ctx)
 {
 	int rc;
 
@@ -99,29 +101,22 @@ int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
 		return -ENOTRECOVERABLE;
 	rc = pthread_mutex_trylock(&mx->m);
 	if (rc == EBUSY)
-		rc = lock_abs(&mx->m, deadline_ns);
+		rc = lock_abs(&mx->m, deadline_ns ? deadline_ns : pd_deadline_ms(timeout_ms));
 	if (rc == EOWNERDEAD)
 		return recover(mx, repair, ctx);
 	return pd_pthread_rc(rc);
 }
 
+int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
+			pd_repair_fn *repair, void *ctx)
+{
+	return lock_impl(mx, deadline_ns, 0, repair, ctx);
+}
+
 int pd_mutex_lock_timeout(struct pd_mutex *mx, uint32_t timeout_ms,
 			  pd_repair_fn *repair, void *ctx)
 {
-	int rc;
-
-	if (!mx)
-		return -EINVAL;
-	if (atomic_load_explicit(&mx->unrecoverable, memory_order_relaxed))
-		return -ENOTRECOVERABLE;
-	rc = pthread_mutex_trylock(&mx->m);
-	if (rc == 0)
-		return 0;
-	if (rc == EOWNERDEAD)
-		return recover(mx, repair, ctx);
-	if (rc != EBUSY)
-		return pd_pthread_rc(rc);
-	return pd_mutex_lock_until(mx, pd_deadline_ms(timeout_ms), repair, ctx);
+	return lock_impl(mx, 0, timeout_ms, repair, ctx);
 }
 
 void pd_mutex_unlock(struct pd_mutex *mx)
