@@ -341,6 +341,8 @@ int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 			pd_stat_add(&s->stats.timeouts, 1);
 		return rc;
 	}
+	if (s->nwaiters && s->nfree >= n)
+		drop_dead_ahead(s, UINT64_MAX); /* a queue of dead waiters blocks no one */
 	if (s->nwaiters == 0 && s->nfree >= n) {
 		rc = take(p, who, n, out);
 	} else if (deadline_ns == 0) {
