@@ -29,7 +29,7 @@
 #include "pd_ring.h"
 #include "pd_slots.h"
 #include "pd_sync.h"
-#include "../support/pd_test.h"
+#include "pd_test.h"
 #include "pd_time.h"
 
 #define REPS          5
