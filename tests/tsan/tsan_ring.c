@@ -14,8 +14,8 @@
 #include <pthread.h>
 
 #include "pd_ring.h"
-#include "../support/pd_ring_stream.h"
-#include "../support/pd_test.h"
+#include "pd_ring_stream.h"
+#include "pd_test.h"
 
 #define ENTRIES    2000000ull
 #define RING_COUNT 1024u

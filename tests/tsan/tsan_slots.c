@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "../support/pd_test.h"
+#include "pd_test.h"
 #include "pd_slots.h"
 #include "pd_time.h"
 

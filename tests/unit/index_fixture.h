@@ -32,7 +32,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "../support/pd_test.h"
+#include "pd_test.h"
 #include "pd_compiler.h"
 #include "pd_index.h"
 

@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "../support/pd_test.h"
+#include "pd_test.h"
 #include "pd_compiler.h"
 #include "pd_err.h"
 #include "pd_segment.h"

@@ -20,8 +20,8 @@
 
 #include "pd_ring.h"
 #include "pd_time.h"
-#include "../support/pd_ring_stream.h"
-#include "../support/pd_test.h"
+#include "pd_ring_stream.h"
+#include "pd_test.h"
 
 #define GUARD_LEN  256          /* canary bytes after the ring's elems */
 #define GUARD_BYTE 0xa5

@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "../support/pd_test.h"
+#include "pd_test.h"
 #include "pd_sync.h"
 #include "pd_time.h"
 
