@@ -31,11 +31,12 @@ B := build/$(VARIANT)
 
 # pkg-config modules the build links; Debian packages that provide them
 # (and those later parts need) are installed by tools/deps.sh.
-PC_MODULES := libxxhash cmocka
+PC_MODULES := libxxhash msgpack libbsd cmocka
 
 # Lazy on purpose: expanded only after the deps stamp has run.
 PC_CFLAGS = $(shell pkg-config --cflags $(PC_MODULES))
 PC_LIBS_CORE = $(shell pkg-config --libs libxxhash)
+PC_LIBS_BROKER = $(shell pkg-config --libs msgpack libbsd)
 PC_LIBS_TEST = $(shell pkg-config --libs cmocka)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -54,6 +55,12 @@ LDLIBS_ALL = $(PC_LIBS_CORE) -lpthread $(LDLIBS)
 CORE_SRC := $(wildcard shm/*.c)
 CORE_OBJ := $(CORE_SRC:%.c=$(B)/%.o)
 LIBCORE  := $(B)/libpdcore.a
+
+# Broker logic (codec, admission, request engines) as a library, so unit
+# tests link exactly what pdbroker links; broker/main.c is the program.
+BROKER_SRC := $(filter-out broker/main.c,$(wildcard broker/*.c))
+BROKER_OBJ := $(BROKER_SRC:%.c=$(B)/%.o)
+LIBBROKER  := $(B)/libpdbroker.a
 
 AGENT_SRC := $(wildcard agent/*.c)
 AGENT_OBJ := $(AGENT_SRC:%.c=$(B)/%.o)
@@ -79,7 +86,7 @@ DEPS_STAMP := build/.deps-ok
 .SECONDARY:
 .DEFAULT_GOAL := all
 
-all: $(LIBCORE) $(LIBAGENT) $(BINS)
+all: $(LIBCORE) $(LIBBROKER) $(LIBAGENT) $(BINS)
 
 help:
 	@echo "make            build libpdcore.a, libpdagent.so and the programs"
@@ -112,13 +119,18 @@ $(LIBCORE): $(CORE_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+$(LIBBROKER): $(BROKER_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
 $(LIBAGENT): $(AGENT_OBJ) $(LIBCORE) $(AGENT_MAP)
 	$(CC) -shared -o $@ -Wl,--version-script=$(AGENT_MAP) -Wl,-soname,libpdagent.so.0 \
 		$(AGENT_OBJ) -Wl,--whole-archive $(LIBCORE) -Wl,--no-whole-archive \
 		$(LDFLAGS_ALL) $(LDLIBS_ALL)
 
-$(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBCORE)
-	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) $(LDLIBS_ALL)
+$(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) \
+		$(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
 $(B)/tests/tsan/%: $(B)/tests/tsan/%.o $(SUPPORT_OBJ) $(LIBCORE)
 	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) $(LDLIBS_ALL)

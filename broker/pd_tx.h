@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_BROKER_PD_TX_H
+#define PD_BROKER_PD_TX_H
+
+/*
+ * Sender request engine (DESIGN.md section 9): pure logic, driven by events,
+ * no sockets, no threads, no clock of its own (the caller passes "now").
+ * The broker's control thread owns it.
+ *
+ * A tx request is (req_id, rank): the chunks one prefill rank sends for one
+ * inference request to one peer. Per request it tracks the declared total,
+ * the chunks completed, whether the last batch was seen, and its batches:
+ *
+ *   submit -> SENDING (AllocRequest out, seq assigned) -> response:
+ *     grants -> WRITING (writes posted) -> write done -> staging freed,
+ *              PutDone out, chunks counted;
+ *     error  -> the request fails.
+ *
+ * Many batches (of many requests) are in flight per peer at once,
+ * correlated by seq; nothing waits on a round trip.
+ *
+ * Completion: when a rank's completed == total and its last batch is done
+ * (a zero-chunk last batch included), exactly one ProxyNotif for that rank
+ * and one PUT_DONE event for its agent.
+ *
+ * Abort (cancel, agent gone, peer failed, protocol error, timeout):
+ *   1. wake_alloc(tag) (blocked allocations return -ECANCELED);
+ *   2. staging of every batch that has no write posted is freed at once;
+ *      a later AllocResponse for such a batch is ignored (counted);
+ *   3. once no write of the request is in flight (they complete or fail),
+ *      CancelNotif to the peer (unless the peer itself failed), and one
+ *      PUT_FAILED event for the agent (unless the agent is gone);
+ *      ProxyNotif with a failure status only with notify_failures.
+ *   The (req_id, rank) stays tombstoned for tombstone_ns: later batches of
+ *   it are refused (-ECANCELED) and their staging freed.
+ *
+ * The engine reports what to do through ops callbacks, called synchronously
+ * from within pd_tx_* calls; a callback must not call back into the engine.
+ * Arrays passed to callbacks are valid only during the call.
+ */
+#include <stdint.h>
+
+#include <pdkv/types.h>
+
+struct pd_tx;
+
+/* One chunk of a batch, as the agent described it. */
+struct pd_tx_chunk {
+	pd_slot_ref slot;              /* staging slot (send pool) */
+	uint32_t len;                  /* payload bytes */
+	uint8_t klen;                  /* 1..PD_KEY_MAX */
+	uint8_t key[PD_KEY_MAX];
+};
+
+/* A batch submitted by an agent (pd_put). */
+struct pd_tx_submit {
+	uint32_t agent;                /* agent id (who gets events) */
+	uint64_t tag;                  /* request tag for wake_alloc */
+	uint32_t peer;                 /* receiver broker id (the broker maps endpoints to ids) */
+	const uint8_t *req_id;
+	uint32_t req_id_len;           /* 0..PD_REQ_ID_MAX */
+	uint32_t rank;
+	uint32_t world_size;           /* >= 1, rank < world_size */
+	uint32_t total_chunks;         /* this rank's declared total for the request */
+	uint32_t is_last;              /* 0/1 */
+	uint32_t n;                    /* chunks in this batch, 0..PD_TX_MAX_BATCH */
+	const struct pd_tx_chunk *chunks;
+};
+
+/* What a callback sees of a batch. */
+struct pd_tx_batch_view {
+	uint64_t seq;
+	uint32_t peer;
+	const uint8_t *req_id;
+	uint32_t req_id_len;
+	uint32_t rank;
+	uint32_t world_size;
+	uint32_t total_chunks;
+	uint32_t is_last;
+	uint32_t n;
+	const struct pd_tx_chunk *chunks;
+	const int32_t *remote;         /* write: remote index per chunk, -1 = skip (already sent) */
+};
+
+/* Final status of a rank's request, for events and ProxyNotif. */
+struct pd_tx_result {
+	uint32_t agent;
+	uint32_t peer;
+	const uint8_t *req_id;
+	uint32_t req_id_len;
+	uint32_t rank;
+	uint32_t world_size;
+	int32_t status;                /* 0, or a negative errno */
+	uint32_t chunks;               /* completed */
+	uint64_t bytes;                /* completed */
+};
+
+struct pd_tx_ops {
+	/* Send an AllocRequest for this batch (seq set). */
+	void (*send_alloc)(void *ctx, const struct pd_tx_batch_view *b);
+	/* Post the writes of this batch (remote set); report with pd_tx_write_done(). */
+	void (*write)(void *ctx, const struct pd_tx_batch_view *b);
+	/* Return staging slots to the send pool. */
+	void (*free_slots)(void *ctx, const pd_slot_ref *refs, uint32_t n);
+	/* PutDone to the peer: these remote indexes hold their data. */
+	void (*put_done)(void *ctx, const struct pd_tx_batch_view *b, const int32_t *idx,
+			 uint32_t n);
+	/* CancelNotif to the peer. */
+	void (*cancel_notif)(void *ctx, uint32_t peer, const uint8_t *req_id, uint32_t len,
+			     uint32_t rank);
+	/* ProxyNotif (status 0), or a failure one (only with notify_failures). */
+	void (*proxy_notif)(void *ctx, const struct pd_tx_result *r);
+	/* PUT_DONE (status 0) or PUT_FAILED event for the agent. */
+	void (*agent_event)(void *ctx, const struct pd_tx_result *r);
+	/* Wake allocations blocked on this request tag (-ECANCELED). */
+	void (*wake_alloc)(void *ctx, uint64_t tag);
+};
+
+#define PD_TX_MAX_BATCH 4096u
+
+struct pd_tx_opts {
+	const struct pd_tx_ops *ops;
+	void *ctx;
+	uint32_t max_requests;         /* live + tombstoned; beyond: -EBUSY */
+	uint64_t alloc_timeout_ns;     /* no AllocResponse by then: the request fails (-ETIMEDOUT) */
+	uint64_t tombstone_ns;         /* how long a failed/cancelled (req_id, rank) refuses batches */
+	uint32_t notify_failures;      /* 0/1 */
+};
+
+struct pd_tx_stats {
+	uint64_t batches, chunks, bytes;
+	uint64_t requests_done, requests_failed, requests_cancelled;
+	uint64_t stale_responses;      /* AllocResponses for unknown or dead batches */
+	uint64_t refused;              /* submits refused */
+	uint64_t live_requests, live_batches, writes_in_flight; /* gauges */
+};
+
+int pd_tx_create(const struct pd_tx_opts *o, struct pd_tx **out);
+/* Frees everything without callbacks (the broker is exiting). NULL-safe. */
+void pd_tx_destroy(struct pd_tx *tx);
+
+/**
+ * A batch from an agent. Assigns a seq and calls send_alloc. A zero-chunk
+ * batch must have is_last set; it sends nothing and only marks the last
+ * batch as seen.
+ * @return 0; -EINVAL bad fields; -ECANCELED (req_id, rank) tombstoned
+ *         (the batch's staging is freed); -EPROTO inconsistent with earlier
+ *         batches (other peer, world_size or total, a batch after the last
+ *         one, more chunks than declared): the request fails; -EBUSY too
+ *         many requests; -ENOMEM.
+ * On every error except -EINVAL/-ENOMEM the staging slots are freed
+ * through free_slots; on -EINVAL/-ENOMEM the caller keeps them.
+ */
+int pd_tx_submit(struct pd_tx *tx, const struct pd_tx_submit *s, uint64_t now_ns);
+
+/**
+ * The AllocResponse for seq from peer. n remote indexes (one per chunk, in
+ * order; -1 = failed), already_sent: positions of chunks the receiver
+ * already holds (no write needed). err < 0: the request fails with err.
+ * @return 0; -ENOENT unknown/stale seq (ignored, counted); -EPROTO the
+ *         response does not match the batch (the request fails).
+ */
+int pd_tx_alloc_resp(struct pd_tx *tx, uint32_t peer, uint64_t seq, int32_t err,
+		     const int32_t *remote, uint32_t n, const int32_t *already_sent,
+		     uint32_t nalready, uint64_t now_ns);
+
+/* All writes of batch seq completed (rc 0) or one failed (rc < 0).
+ * @return 0; -ENOENT unknown seq. */
+int pd_tx_write_done(struct pd_tx *tx, uint64_t seq, int rc, uint64_t now_ns);
+
+/* Cancel (req_id, rank), or every rank of req_id when rank == PD_TX_ANY_RANK.
+ * Idempotent. @return requests affected (0 when none). */
+#define PD_TX_ANY_RANK UINT32_MAX
+int pd_tx_cancel(struct pd_tx *tx, const uint8_t *req_id, uint32_t len, uint32_t rank,
+		 uint64_t now_ns);
+
+/* The agent is gone: abort its requests, no events to it. @return count. */
+int pd_tx_agent_gone(struct pd_tx *tx, uint32_t agent, uint64_t now_ns);
+/* The peer failed (dead, restarted, QP error): its requests fail with err,
+ * no CancelNotif. @return count. */
+int pd_tx_peer_failed(struct pd_tx *tx, uint32_t peer, int err, uint64_t now_ns);
+/* Deadlines: AllocResponses overdue, tombstones expired. @return requests failed. */
+int pd_tx_tick(struct pd_tx *tx, uint64_t now_ns);
+
+void pd_tx_get_stats(const struct pd_tx *tx, struct pd_tx_stats *out);
+
+#endif

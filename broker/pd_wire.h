@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_BROKER_PD_WIRE_H
+#define PD_BROKER_PD_WIRE_H
+
+/*
+ * Broker <-> broker control messages (DESIGN.md section 6): msgpack maps
+ * with a "type" field naming the message; fields are found by name, unknown
+ * fields are ignored, a missing or mistyped required field is -EPROTO with
+ * a reason. Field names of LMCache's PD backend messages are kept, and the
+ * shapes LMCache's msgspec encoder produces decode as they are.
+ *
+ * Hard bounds are checked on the raw bytes before anything is allocated:
+ * message <= PD_WIRE_MAX_MSG bytes, key <= PD_KEY_MAX bytes, req_id <=
+ * PD_REQ_ID_MAX bytes, <= PD_WIRE_MAX_KEYS keys (or indexes) per message,
+ * nesting <= PD_WIRE_MAX_DEPTH.
+ *
+ * A decoded message borrows from its struct pd_wire_dec: byte strings point
+ * into the decoder's storage and stay valid until pd_wire_dec_fini().
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pdkv/types.h>
+
+#define PD_WIRE_PROTO       1u
+#define PD_WIRE_MAX_MSG     (4u << 20)
+#define PD_WIRE_MAX_KEYS    4096u
+#define PD_WIRE_MAX_DEPTH   8u
+#define PD_WIRE_MAX_XPORTS  4u
+#define PD_WIRE_NAME_MAX    63u   /* broker name, host id */
+#define PD_WIRE_ADDR_MAX    255u  /* transport address, error text */
+
+/* Message types (uint32_t on purpose: never an enum in a wire struct). */
+#define PD_MSG_HELLO      1u  /* "Hello" */
+#define PD_MSG_HELLO_ACK  2u  /* "HelloAck" */
+#define PD_MSG_ALLOC_REQ  3u  /* "AllocRequest" (LMCache) */
+#define PD_MSG_ALLOC_RESP 4u  /* "AllocResponse" (LMCache) */
+#define PD_MSG_PUT_DONE   5u  /* "PutDone" */
+#define PD_MSG_CANCEL     6u  /* "CancelNotif" (LMCache) */
+#define PD_MSG_PROXY      7u  /* "ProxyNotif" (LMCache) */
+#define PD_MSG_HEARTBEAT  8u  /* "Heartbeat" */
+#define PD_MSG_ERROR      9u  /* "Error" */
+#define PD_MSG_MAX        9u
+
+/* A byte string borrowed from a decoder or a caller (not NUL-terminated). */
+struct pd_bytes {
+	const uint8_t *p;
+	uint32_t len;
+};
+
+/* Hello and HelloAck. */
+struct pd_msg_hello {
+	uint32_t proto;
+	struct pd_bytes name;      /* broker name */
+	uint64_t epoch;            /* bumped at each broker start */
+	struct pd_bytes host_id;   /* same host id: the shm transport is possible */
+	uint64_t slot_size;
+	uint32_t recv_slots;
+	uint32_t nxports;
+	struct pd_bytes xport[PD_WIRE_MAX_XPORTS];  /* "rdma", "tcp", "shm" by preference */
+	struct pd_bytes addr[PD_WIRE_MAX_XPORTS];   /* address of each */
+	/* RDMA rendezvous (optional: present when "rdma" is offered). */
+	struct pd_bytes rdma_gid;  /* 16 bytes */
+	uint32_t rdma_qpn;
+	uint32_t rdma_rkey;
+	uint64_t rdma_base;
+};
+
+/* AllocRequest. LMCache's fmt, shape, dtype and last_chunk_toks are
+ * accepted and ignored. */
+struct pd_msg_alloc_req {
+	uint64_t seq;              /* valid when has_seq (pdkv senders); LMCache has none */
+	uint32_t has_seq;
+	struct pd_bytes req_id;    /* may be empty: a one-batch request of its own */
+	uint32_t nkeys;
+	const struct pd_bytes *keys;
+	const uint32_t *lens;      /* NULL when absent (LMCache); else nkeys entries */
+	uint32_t total_chunks;     /* chunks this rank declares for the request */
+	uint32_t world_size;       /* sender ranks; 1 when absent */
+	uint32_t rank;             /* 0 when absent */
+	uint32_t is_last_batch;    /* 0 or 1 */
+};
+
+/* AllocResponse: one remote index per key, -1 = failed; already_sent lists
+ * positions (into the request's keys) that were deduplicated. */
+struct pd_msg_alloc_resp {
+	uint64_t seq;
+	uint32_t has_seq;
+	uint32_t n;
+	const int32_t *remote_indexes;
+	uint32_t nalready;
+	const int32_t *already_sent_indexes;
+	int32_t err;               /* 0, or a negative errno */
+	struct pd_bytes errmsg;    /* may be empty */
+};
+
+/* PutDone: the data of these remote indexes is in place. */
+struct pd_msg_put_done {
+	uint64_t seq;
+	struct pd_bytes req_id;
+	uint32_t rank;
+	uint32_t n;
+	const int32_t *indexes;
+};
+
+/* CancelNotif (LMCache: req_id, keys). */
+struct pd_msg_cancel {
+	struct pd_bytes req_id;
+	uint32_t rank;
+	uint32_t nkeys;
+	const struct pd_bytes *keys;
+};
+
+/* ProxyNotif (LMCache: req_id; the rest are pdkv extensions, present when
+ * has_ext). */
+struct pd_msg_proxy {
+	struct pd_bytes req_id;
+	uint32_t has_ext;
+	int32_t status;            /* 0 ok, or a negative errno */
+	uint32_t rank;
+	uint32_t world_size;
+	uint32_t chunks;
+	uint64_t bytes;
+};
+
+struct pd_msg_heartbeat {
+	uint64_t epoch;
+	uint64_t time_ns;
+};
+
+/* Error reply to a message that could not be handled. */
+struct pd_msg_error {
+	uint64_t seq;              /* of the offending message, when it had one */
+	int32_t code;              /* negative errno */
+	struct pd_bytes text;
+};
+
+struct pd_msg {
+	uint32_t type;             /* PD_MSG_* */
+	union {
+		struct pd_msg_hello hello;       /* HELLO and HELLO_ACK */
+		struct pd_msg_alloc_req alloc_req;
+		struct pd_msg_alloc_resp alloc_resp;
+		struct pd_msg_put_done put_done;
+		struct pd_msg_cancel cancel;
+		struct pd_msg_proxy proxy;
+		struct pd_msg_heartbeat heartbeat;
+		struct pd_msg_error error;
+	} u;
+};
+
+/* Growable output buffer for encoding. */
+struct pd_wire_buf {
+	uint8_t *data;
+	size_t len;
+	size_t cap;
+};
+
+void pd_wire_buf_init(struct pd_wire_buf *b);
+void pd_wire_buf_fini(struct pd_wire_buf *b);
+
+/**
+ * Encode m (replacing b's contents). Checks the same bounds as the decoder,
+ * so pdkv never sends what it would refuse.
+ * @return 0; -EINVAL bad type or a bound exceeded; -ENOMEM.
+ */
+int pd_wire_encode(const struct pd_msg *m, struct pd_wire_buf *b);
+
+/* Decoder state; the decoded message borrows from it. */
+struct pd_wire_dec {
+	void *priv;
+};
+
+void pd_wire_dec_init(struct pd_wire_dec *d);
+/* Free what the last decode holds. Safe to call more than once. */
+void pd_wire_dec_fini(struct pd_wire_dec *d);
+
+/**
+ * Decode one message from buf (len bytes, borrowed). Releases what d held
+ * from a previous decode.
+ * @return 0; -EPROTO malformed, unknown type, missing or mistyped required
+ *         field, or a bound exceeded (err says which); -EMSGSIZE len >
+ *         PD_WIRE_MAX_MSG; -ENOMEM.
+ */
+int pd_wire_decode(struct pd_wire_dec *d, const void *buf, size_t len, struct pd_msg *out,
+		   char *err, size_t errlen);
+
+/* "AllocRequest" etc., or NULL for an unknown type. */
+const char *pd_wire_type_name(uint32_t type);
+
+#endif
