@@ -46,7 +46,7 @@ ifeq ($(CI),true)
   WARN += -Werror
 endif
 
-CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm -Itests/support
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm -Ibroker -Itests/support
 CFLAGS_ALL = -std=c11 $(OPT) -fPIC $(WARN) $(SANFLAGS) $(PC_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
 LDLIBS_ALL = $(PC_LIBS_CORE) -lpthread $(LDLIBS)

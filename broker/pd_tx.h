@@ -37,6 +37,14 @@
  * The engine reports what to do through ops callbacks, called synchronously
  * from within pd_tx_* calls; a callback must not call back into the engine.
  * Arrays passed to callbacks are valid only during the call.
+ *
+ * Who tells the agent: agent_event is emitted only for requests the engine
+ * holds. When pd_tx_submit returns -EINVAL, -ENOMEM or -EBUSY no request
+ * was touched and the caller reports the failure; on -EPROTO the engine
+ * failed the request (PUT_FAILED follows through agent_event); on
+ * -ECANCELED the request had already ended and been reported.
+ * A request ended (done or failed) stays tombstoned for tombstone_ns:
+ * batches of a failed one get -ECANCELED, of a completed one -EPROTO.
  */
 #include <stdint.h>
 
@@ -58,11 +66,11 @@ struct pd_tx_submit {
 	uint64_t tag;                  /* request tag for wake_alloc */
 	uint32_t peer;                 /* receiver broker id (the broker maps endpoints to ids) */
 	const uint8_t *req_id;
-	uint32_t req_id_len;           /* 0..PD_REQ_ID_MAX */
+	uint32_t req_id_len;           /* 1..PD_REQ_ID_MAX */
 	uint32_t rank;
 	uint32_t world_size;           /* >= 1, rank < world_size */
 	uint32_t total_chunks;         /* this rank's declared total for the request */
-	uint32_t is_last;              /* 0/1 */
+	uint32_t is_last;              /* 0/1; the last batch brings the sum of n to total_chunks */
 	uint32_t n;                    /* chunks in this batch, 0..PD_TX_MAX_BATCH */
 	const struct pd_tx_chunk *chunks;
 };
@@ -98,14 +106,18 @@ struct pd_tx_result {
 struct pd_tx_ops {
 	/* Send an AllocRequest for this batch (seq set). */
 	void (*send_alloc)(void *ctx, const struct pd_tx_batch_view *b);
-	/* Post the writes of this batch (remote set); report with pd_tx_write_done(). */
-	void (*write)(void *ctx, const struct pd_tx_batch_view *b);
+	/* Post the writes of this batch (remote set): 0, and the outcome is reported
+	 * later with pd_tx_write_done(); or a negative errno when nothing was
+	 * posted: the request fails with it at once (no pd_tx_write_done then).
+	 * Not called when every chunk is already sent: the batch completes. */
+	int (*write)(void *ctx, const struct pd_tx_batch_view *b);
 	/* Return staging slots to the send pool. */
 	void (*free_slots)(void *ctx, const pd_slot_ref *refs, uint32_t n);
-	/* PutDone to the peer: these remote indexes hold their data. */
+	/* PutDone to the peer: these remote indexes hold their data (n >= 1;
+	 * not called for a batch that wrote nothing). */
 	void (*put_done)(void *ctx, const struct pd_tx_batch_view *b, const int32_t *idx,
 			 uint32_t n);
-	/* CancelNotif to the peer. */
+	/* CancelNotif to the peer (only when an AllocRequest of the request was sent). */
 	void (*cancel_notif)(void *ctx, uint32_t peer, const uint8_t *req_id, uint32_t len,
 			     uint32_t rank);
 	/* ProxyNotif (status 0), or a failure one (only with notify_failures). */
@@ -121,20 +133,26 @@ struct pd_tx_ops {
 struct pd_tx_opts {
 	const struct pd_tx_ops *ops;
 	void *ctx;
-	uint32_t max_requests;         /* live + tombstoned; beyond: -EBUSY */
-	uint64_t alloc_timeout_ns;     /* no AllocResponse by then: the request fails (-ETIMEDOUT) */
-	uint64_t tombstone_ns;         /* how long a failed/cancelled (req_id, rank) refuses batches */
+	uint32_t max_requests;         /* >= 1; live + tombstoned; beyond: -EBUSY */
+	uint64_t alloc_timeout_ns;     /* no AllocResponse by then: the request fails
+					* (-ETIMEDOUT); 0 = no deadline */
+	uint64_t tombstone_ns;         /* how long an ended (req_id, rank) refuses batches */
 	uint32_t notify_failures;      /* 0/1 */
 };
 
 struct pd_tx_stats {
-	uint64_t batches, chunks, bytes;
-	uint64_t requests_done, requests_failed, requests_cancelled;
+	uint64_t batches;              /* AllocRequests sent */
+	uint64_t chunks, bytes;        /* completed (written, or already at the receiver) */
+	uint64_t requests_done, requests_failed;
+	uint64_t requests_cancelled;   /* cancel and agent_gone */
 	uint64_t stale_responses;      /* AllocResponses for unknown or dead batches */
-	uint64_t refused;              /* submits refused */
+	uint64_t refused;              /* submits refused after validation (staging freed) */
 	uint64_t live_requests, live_batches, writes_in_flight; /* gauges */
+	uint64_t tombstones;           /* gauge: ended requests still remembered */
 };
 
+/* @return 0; -EINVAL (NULL, an op missing, max_requests 0, notify_failures > 1); -ENOMEM.
+ * The ops table is copied. */
 int pd_tx_create(const struct pd_tx_opts *o, struct pd_tx **out);
 /* Frees everything without callbacks (the broker is exiting). NULL-safe. */
 void pd_tx_destroy(struct pd_tx *tx);
@@ -143,45 +161,66 @@ void pd_tx_destroy(struct pd_tx *tx);
  * A batch from an agent. Assigns a seq and calls send_alloc. A zero-chunk
  * batch must have is_last set; it sends nothing and only marks the last
  * batch as seen.
- * @return 0; -EINVAL bad fields; -ECANCELED (req_id, rank) tombstoned
- *         (the batch's staging is freed); -EPROTO inconsistent with earlier
- *         batches (other peer, world_size or total, a batch after the last
- *         one, more chunks than declared): the request fails; -EBUSY too
+ * @return 0; -EINVAL bad fields (NULLs, lengths, rank >= world_size, a
+ *         zero-chunk batch not last, n > PD_TX_MAX_BATCH, klen 0);
+ *         -ECANCELED (req_id, rank) failed or cancelled (the batch's
+ *         staging is freed); -EPROTO inconsistent with itself or earlier
+ *         batches (other agent, peer, world_size or total, a batch after
+ *         the last one, more chunks than declared, a last batch leaving
+ *         fewer): the request fails (or, completed, stays so); -EBUSY too
  *         many requests; -ENOMEM.
  * On every error except -EINVAL/-ENOMEM the staging slots are freed
  * through free_slots; on -EINVAL/-ENOMEM the caller keeps them.
  */
 int pd_tx_submit(struct pd_tx *tx, const struct pd_tx_submit *s, uint64_t now_ns);
 
-/**
- * The AllocResponse for seq from peer. n remote indexes (one per chunk, in
- * order; -1 = failed), already_sent: positions of chunks the receiver
- * already holds (no write needed). err < 0: the request fails with err.
- * @return 0; -ENOENT unknown/stale seq (ignored, counted); -EPROTO the
- *         response does not match the batch (the request fails).
- */
-int pd_tx_alloc_resp(struct pd_tx *tx, uint32_t peer, uint64_t seq, int32_t err,
-		     const int32_t *remote, uint32_t n, const int32_t *already_sent,
-		     uint32_t nalready, uint64_t now_ns);
+/* An AllocResponse (a struct: more than six parameters otherwise). */
+struct pd_tx_resp {
+	uint32_t peer;                 /* who sent it */
+	uint64_t seq;
+	int32_t err;                   /* 0, or a negative errno from the receiver */
+	uint32_t n;
+	const int32_t *remote;         /* n remote indexes, one per chunk in order; < 0 = failed */
+	uint32_t nalready;
+	const int32_t *already_sent;   /* positions (0..n-1) the receiver already holds */
+};
 
-/* All writes of batch seq completed (rc 0) or one failed (rc < 0).
- * @return 0; -ENOENT unknown seq. */
+/**
+ * The AllocResponse for seq from peer. Positions in already_sent need no
+ * write (their remote index is ignored) and count as completed. err != 0:
+ * the request fails with err; a failed remote index (< 0): with -ENOBUFS.
+ * @return 0 (also when the response failed the request); -EINVAL NULLs;
+ *         -ENOENT unknown/stale seq, another peer, or a second response
+ *         (ignored, counted); -EPROTO the response does not match the
+ *         batch (n differs, an already_sent position out of range or
+ *         repeated): the request fails.
+ */
+int pd_tx_alloc_resp(struct pd_tx *tx, const struct pd_tx_resp *r, uint64_t now_ns);
+
+/* All writes of batch seq completed (rc 0) or one failed (rc < 0; rc > 0 is
+ * taken as -EIO). @return 0; -EINVAL NULL; -ENOENT unknown seq or no write
+ * of it in flight. */
 int pd_tx_write_done(struct pd_tx *tx, uint64_t seq, int rc, uint64_t now_ns);
 
 /* Cancel (req_id, rank), or every rank of req_id when rank == PD_TX_ANY_RANK.
- * Idempotent. @return requests affected (0 when none). */
+ * Idempotent. @return requests newly aborted (0 when none); -EINVAL. */
 #define PD_TX_ANY_RANK UINT32_MAX
 int pd_tx_cancel(struct pd_tx *tx, const uint8_t *req_id, uint32_t len, uint32_t rank,
 		 uint64_t now_ns);
 
-/* The agent is gone: abort its requests, no events to it. @return count. */
+/* The agent is gone: abort its requests, no events to it (also for those
+ * already aborting). @return requests newly aborted; -EINVAL. */
 int pd_tx_agent_gone(struct pd_tx *tx, uint32_t agent, uint64_t now_ns);
-/* The peer failed (dead, restarted, QP error): its requests fail with err,
- * no CancelNotif. @return count. */
+/* The peer failed (dead, restarted, QP error): its requests fail with err
+ * (< 0), no CancelNotif (also for those already aborting); staging of
+ * posted writes is freed as they complete. @return requests newly failed;
+ * -EINVAL. */
 int pd_tx_peer_failed(struct pd_tx *tx, uint32_t peer, int err, uint64_t now_ns);
-/* Deadlines: AllocResponses overdue, tombstones expired. @return requests failed. */
+/* Deadlines: AllocResponses overdue, tombstones expired. @return requests
+ * failed; -EINVAL. Costs O(expired): deadlines are kept in arrival order. */
 int pd_tx_tick(struct pd_tx *tx, uint64_t now_ns);
 
+/* NULL-safe (then *out is zeroed, when out is not NULL). */
 void pd_tx_get_stats(const struct pd_tx *tx, struct pd_tx_stats *out);
 
 #endif

@@ -15,7 +15,41 @@
  * nesting <= PD_WIRE_MAX_DEPTH.
  *
  * A decoded message borrows from its struct pd_wire_dec: byte strings point
- * into the decoder's storage and stay valid until pd_wire_dec_fini().
+ * into the decoder's storage and stay valid until the next pd_wire_decode()
+ * or pd_wire_dec_fini() on that decoder.
+ *
+ * Wire fields, in the order the encoder emits them ("type" always first,
+ * then LMCache's fields in LMCache's declaration order, then pdkv's own).
+ * R = required; o = optional (default in brackets; the encoder omits it
+ * when it holds the default, or when its has_* flag is 0); L = LMCache
+ * field pdkv ignores on input and sends as a type-correct placeholder
+ * (fmt 0, shape [], dtype "", last_chunk_toks 0) so msgspec accepts it.
+ * Byte strings accept msgpack str or bin; booleans must be msgpack bool.
+ *
+ *   Hello, HelloAck  R proto (>= 1), name (1..NAME_MAX), epoch,
+ *                    host_id (1..NAME_MAX), slot_size (>= 1), recv_slots,
+ *                    xports (1..MAX_XPORTS names), addrs (one per xport,
+ *                    0..ADDR_MAX); o rdma_gid (bin, 0 or 16 bytes),
+ *                    rdma_qpn (24 bits), rdma_rkey, rdma_base [0]
+ *   AllocRequest     R keys (0..MAX_KEYS, each 1..PD_KEY_MAX); L fmt, shape,
+ *                    dtype, last_chunk_toks; R req_id (0..PD_REQ_ID_MAX),
+ *                    is_last_batch, total_chunks; o seq (has_seq),
+ *                    lens (NULL; one per key), world_size [1], rank [0]
+ *                    (rank < world_size)
+ *   AllocResponse    R remote_indexes (-1..INT32_MAX), already_sent_indexes
+ *                    (0..MAX_KEYS-1); o seq (has_seq), err [0]
+ *                    (-4095..0), errmsg [""] (0..ADDR_MAX)
+ *   PutDone          R seq, req_id, rank, indexes (0..INT32_MAX)
+ *   CancelNotif      R req_id, keys; o rank [0]
+ *   ProxyNotif       R req_id; o status (-4095..0), rank, world_size (>= 1),
+ *                    chunks, bytes: all present when has_ext (set when any
+ *                    of them is; the absent ones take 0, world_size 1);
+ *                    rank < world_size
+ *   Heartbeat        R epoch, time_ns
+ *   Error            R code (-4095..-1); o seq [0], text [""] (0..ADDR_MAX)
+ *
+ * A known field given twice is -EPROTO (a peer must not be able to make two
+ * decoders disagree); unknown fields, whatever their shape, are skipped.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -25,7 +59,8 @@
 #define PD_WIRE_PROTO       1u
 #define PD_WIRE_MAX_MSG     (4u << 20)
 #define PD_WIRE_MAX_KEYS    4096u
-#define PD_WIRE_MAX_DEPTH   8u
+#define PD_WIRE_MAX_DEPTH   8u       /* containers nested, the top-level map counting 1 */
+#define PD_WIRE_MAX_OBJS    32768u   /* msgpack objects in one message (bounds the decoder's zone) */
 #define PD_WIRE_MAX_XPORTS  4u
 #define PD_WIRE_NAME_MAX    63u   /* broker name, host id */
 #define PD_WIRE_ADDR_MAX    255u  /* transport address, error text */
@@ -160,9 +195,13 @@ void pd_wire_buf_init(struct pd_wire_buf *b);
 void pd_wire_buf_fini(struct pd_wire_buf *b);
 
 /**
- * Encode m (replacing b's contents). Checks the same bounds as the decoder,
- * so pdkv never sends what it would refuse.
- * @return 0; -EINVAL bad type or a bound exceeded; -ENOMEM.
+ * Encode m (replacing b's contents; b->len is 0 after a failure). Checks
+ * the same bounds as the decoder, so pdkv never sends what it would refuse.
+ * @param m  borrowed; its arrays hold as many entries as its counts say.
+ * @param b  borrowed; initialised with pd_wire_buf_init(); grown as needed.
+ * @return 0; -EINVAL NULL argument, bad type or a bound exceeded; -EMSGSIZE
+ *         the encoding would exceed PD_WIRE_MAX_MSG; -ENOMEM.
+ * Thread-safety: none needed beyond exclusive use of b.
  */
 int pd_wire_encode(const struct pd_msg *m, struct pd_wire_buf *b);
 
@@ -176,11 +215,16 @@ void pd_wire_dec_init(struct pd_wire_dec *d);
 void pd_wire_dec_fini(struct pd_wire_dec *d);
 
 /**
- * Decode one message from buf (len bytes, borrowed). Releases what d held
- * from a previous decode.
- * @return 0; -EPROTO malformed, unknown type, missing or mistyped required
- *         field, or a bound exceeded (err says which); -EMSGSIZE len >
- *         PD_WIRE_MAX_MSG; -ENOMEM.
+ * Decode one message from buf (len bytes, borrowed: copied into d, so buf
+ * may be freed on return). Releases what d held from a previous decode.
+ * The raw bytes are pre-scanned (size, truncation, trailing bytes, depth,
+ * container sizes, object count) before msgpack-c allocates anything.
+ * @param err  optional (may be NULL): on -EPROTO/-EMSGSIZE, why.
+ * @return 0; -EINVAL NULL d, buf or out; -EPROTO empty, malformed, unknown
+ *         type, missing or mistyped required field, or a bound exceeded
+ *         (err says which); -EMSGSIZE len > PD_WIRE_MAX_MSG; -ENOMEM.
+ *         On failure *out is zeroed.
+ * Thread-safety: one decoder per thread.
  */
 int pd_wire_decode(struct pd_wire_dec *d, const void *buf, size_t len, struct pd_msg *out,
 		   char *err, size_t errlen);

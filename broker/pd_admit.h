@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_BROKER_PD_ADMIT_H
+#define PD_BROKER_PD_ADMIT_H
+
+/*
+ * Admission control of the receiving broker (DESIGN.md section 8): owns the
+ * recv pool's capacity accounting. Pure logic; the caller passes "now".
+ *
+ *   free         slots not held by any chunk
+ *   outstanding  sum over admitted requests of (need - used)
+ *   invariant    free >= outstanding
+ *
+ * so a grant drawn from an admitted request's reservation never waits.
+ * Requests are admitted strictly FIFO: a later request never overtakes an
+ * earlier waiting one, however small. A request's reservation is drawn as
+ * chunks are granted (a new slot each) or deduplicated (no slot: the key is
+ * already held); what it never draws is given back by pd_admit_finish().
+ */
+#include <stdint.h>
+#include <sys/queue.h>
+
+#define PD_ADM_NONE     0u
+#define PD_ADM_WAITING  1u
+#define PD_ADM_ADMITTED 2u
+
+/* Embedded in the caller's request. Zero it before first use. */
+struct pd_adm_entry {
+	TAILQ_ENTRY(pd_adm_entry) link;
+	uint64_t since_ns;   /* when it asked */
+	uint32_t need;       /* slots reserved */
+	uint32_t used;       /* drawn: granted or deduplicated */
+	uint32_t state;      /* PD_ADM_* */
+};
+
+struct pd_admit_stats {
+	uint64_t admitted;
+	uint64_t admitted_at_once;   /* without waiting */
+	uint64_t rejected_zero;      /* need 0 */
+	uint64_t rejected_big;       /* need > capacity */
+	uint64_t timed_out;
+	uint64_t wait_ns;            /* total wait of admitted requests */
+	uint64_t wait_max_ns;
+};
+
+struct pd_admit {
+	uint32_t capacity;
+	uint32_t free;
+	uint64_t outstanding;
+	uint64_t timeout_ns;
+	uint32_t nwaiting;
+	uint32_t nadmitted;
+	TAILQ_HEAD(pd_adm_queue, pd_adm_entry) waiting;
+	struct pd_admit_stats stats;
+};
+
+typedef void pd_admit_fn(void *ctx, struct pd_adm_entry *e);
+
+/* capacity = recv pool slots (all free); timeout_ns: how long one may wait. */
+int pd_admit_init(struct pd_admit *a, uint32_t capacity, uint64_t timeout_ns);
+
+/**
+ * Ask for need slots. Admitted at once only when nobody waits and it fits.
+ * @return 0 admitted; 1 waiting (pd_admit_pump() admits it later);
+ *         -EINVAL need 0 or e not idle; -E2BIG need > capacity.
+ */
+int pd_admit_request(struct pd_admit *a, struct pd_adm_entry *e, uint32_t need,
+		     uint64_t now_ns);
+
+/**
+ * Draw from e's reservation: nslots newly granted slots, ndedup chunks that
+ * need no slot. @return 0; -EINVAL not admitted; -EOVERFLOW more than
+ * reserved (nothing drawn).
+ */
+int pd_admit_use(struct pd_admit *a, struct pd_adm_entry *e, uint32_t nslots, uint32_t ndedup);
+
+/* n slots held by chunks became free. */
+void pd_admit_slots_freed(struct pd_admit *a, uint32_t n);
+
+/* e is done (complete, failed or cancelled): leave the queue, or give back
+ * what the reservation did not draw. Idempotent. */
+void pd_admit_finish(struct pd_admit *a, struct pd_adm_entry *e);
+
+/* Admit waiting requests, in order, while the head fits; fn for each.
+ * @return how many. */
+uint32_t pd_admit_pump(struct pd_admit *a, uint64_t now_ns, pd_admit_fn *fn, void *ctx);
+
+/* Remove waiting requests whose wait reached timeout_ns; fn for each (their
+ * state is NONE). @return how many. */
+uint32_t pd_admit_expire(struct pd_admit *a, uint64_t now_ns, pd_admit_fn *fn, void *ctx);
+
+/* 1 when the accounting is consistent (free <= capacity, free >= outstanding). */
+int pd_admit_ok(const struct pd_admit *a);
+
+/* When the oldest waiter expires, or UINT64_MAX when none waits. */
+uint64_t pd_admit_next_deadline(const struct pd_admit *a);
+
+#endif

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_BROKER_PD_RX_H
+#define PD_BROKER_PD_RX_H
+
+/*
+ * Receiver request engine (DESIGN.md sections 8 and 9): pure logic driven
+ * by events; no sockets, no threads, no clock of its own. It grants slots of
+ * the recv pool (shm) and publishes chunks in the recv index (shm), so
+ * decode agents find them. The broker's control thread owns it.
+ *
+ * Request (keyed by req_id; an empty req_id makes a one-batch request of
+ * its own, keyed by nothing):
+ *   first AllocRequest of any rank -> admission of total_chunks x world_size
+ *   (gang) -> WAITING or ACTIVE; batches that arrive while WAITING are held
+ *   and answered on admission, in order -> per batch: a slot per new key, a
+ *   pin per key already present (dedup: reported in already_sent) -> PutDone
+ *   commits chunks -> READY when every chunk it needs (pinned ones
+ *   included) is committed -> released by the decode side -> slots freed.
+ *
+ * Failure rolls the whole request back (every slot it holds freed, every
+ * pin dropped, its reservation given back): protocol violation (more
+ * chunks than declared, a rank's last batch short, totals that disagree, a
+ * PutDone for a slot it does not hold), grant failure, the peer failing,
+ * admission timeout, recv-ttl without progress or release. A request whose
+ * pinned key's writer fails before writing it fails too. CancelNotif frees
+ * exactly what the request holds, is idempotent, and leaves a tombstone
+ * that refuses late batches for tombstone_ns.
+ */
+#include <stdint.h>
+
+#include <pdkv/types.h>
+
+#include "pd_admit.h"
+#include "pd_index.h"
+#include "pd_slots.h"
+
+struct pd_rx;
+
+/* A byte string borrowed from the caller. */
+struct pd_rx_key {
+	const uint8_t *p;
+	uint32_t len;
+};
+
+/* One AllocRequest. */
+struct pd_rx_alloc {
+	uint32_t peer;
+	uint64_t seq;
+	const uint8_t *req_id;
+	uint32_t req_id_len;
+	uint32_t nkeys;              /* 0..PD_RX_MAX_BATCH */
+	const struct pd_rx_key *keys;
+	const uint32_t *lens;        /* may be NULL */
+	uint32_t total_chunks;       /* this rank's declared total */
+	uint32_t world_size;         /* 1..PD_RX_MAX_RANKS */
+	uint32_t rank;
+	uint32_t is_last;
+};
+
+/* What callbacks see of a request. */
+struct pd_rx_req_view {
+	const uint8_t *req_id;
+	uint32_t req_id_len;
+	uint64_t tag;                /* unique per request (index entries carry it) */
+	uint32_t need;               /* total_chunks x world_size */
+	uint32_t committed;
+};
+
+struct pd_rx_ops {
+	/* AllocResponse for (peer, seq): err 0 with remote[n] (slot index per
+	 * key) and already[nalready] (positions deduplicated), or err < 0. */
+	void (*reply)(void *ctx, uint32_t peer, uint64_t seq, int32_t err, const int32_t *remote,
+		      uint32_t n, const int32_t *already, uint32_t nalready);
+	/* Every chunk of the request is in place. */
+	void (*ready)(void *ctx, const struct pd_rx_req_view *r);
+	/* The request failed or was cancelled (err); wake its decode waiters. */
+	void (*failed)(void *ctx, const struct pd_rx_req_view *r, int32_t err);
+};
+
+#define PD_RX_MAX_BATCH 4096u
+#define PD_RX_MAX_RANKS 64u
+
+struct pd_rx_opts {
+	struct pd_pool *pool;        /* recv pool (borrowed; the engine is its only allocator) */
+	struct pd_index *index;      /* recv index (borrowed) */
+	const struct pd_rx_ops *ops;
+	void *ctx;
+	uint32_t owner;              /* owner id the engine's slots carry */
+	uint32_t max_requests;       /* live + tombstoned */
+	uint64_t admission_timeout_ns;
+	uint64_t ttl_ns;             /* no progress and no release for this long: reclaimed */
+	uint64_t tombstone_ns;
+	uint64_t max_held_bytes;     /* keys of batches held while waiting, in total */
+};
+
+struct pd_rx_stats {
+	uint64_t batches, granted, deduped, committed;
+	uint64_t ready, released, failed, cancelled, ttl_reclaimed;
+	uint64_t rejected_tomb, rejected_zero, rejected_big, rejected_busy;
+	uint64_t proto_errors, grant_errors, late_putdone;
+	uint64_t live_requests, waiting_requests; /* gauges */
+};
+
+int pd_rx_create(const struct pd_rx_opts *o, struct pd_rx **out);
+/* Frees the engine's memory; slots and index entries are left to the
+ * caller (the segment goes with the broker). NULL-safe. */
+void pd_rx_destroy(struct pd_rx *rx);
+
+/**
+ * An AllocRequest. The answer comes through ops->reply, now or (while the
+ * request waits for admission) later.
+ * @return 0 answered (possibly with an error reply); 1 held until
+ *         admission; -EINVAL malformed (answered with an error reply).
+ */
+int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns);
+
+/**
+ * PutDone from peer: the data of these slots is in place.
+ * @return 0; -ENOENT no live request holds them (late, counted);
+ *         -EPROTO a slot not granted to that peer and request (the
+ *         request is rolled back).
+ */
+int pd_rx_put_done(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint32_t len,
+		   const int32_t *slots, uint32_t n, uint64_t now_ns);
+
+/* CancelNotif (or pdctl cancel): roll back, tombstone. Idempotent.
+ * @return 1 a request was cancelled, 0 none was live. */
+int pd_rx_cancel(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t now_ns);
+
+/* The decode side consumed the request: free its slots.
+ * @return 0; -ENOENT unknown; -EBUSY not READY yet. */
+int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t now_ns);
+
+/* A peer failed: roll back every request it sent to. @return count. */
+int pd_rx_peer_failed(struct pd_rx *rx, uint32_t peer, uint64_t now_ns);
+
+/* Admission timeouts, recv-ttl, tombstone expiry. @return requests failed. */
+int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns);
+
+void pd_rx_get_stats(const struct pd_rx *rx, struct pd_rx_stats *out);
+const struct pd_admit *pd_rx_admit(const struct pd_rx *rx);
+/* Full consistency check (tests): admission invariant, every live slot
+ * held by exactly the chunks that say so, counts agree. 0 or -EPROTO. */
+int pd_rx_check(const struct pd_rx *rx);
+
+#endif

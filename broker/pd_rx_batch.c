@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/* Receiver engine: AllocRequests (admission, held batches, slot grants, dedup). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pd_log.h"
+#include "pd_rx_int.h"
+
+static void reply_err(struct pd_rx *rx, const struct pd_rx_alloc *a, int32_t err)
+{
+	rx->o.ops->reply(rx->o.ctx, a->peer, a->seq, err, NULL, 0, NULL, 0);
+}
+
+static int alloc_ok(const struct pd_rx_alloc *a)
+{
+	if (!a || (a->req_id_len && !a->req_id) || a->req_id_len > PD_REQ_ID_MAX ||
+	    a->nkeys > PD_RX_MAX_BATCH || (a->nkeys && !a->keys) || a->world_size == 0 ||
+	    a->world_size > PD_RX_MAX_RANKS || a->rank >= a->world_size)
+		return 0;
+	for (uint32_t i = 0; i < a->nkeys; i++)
+		if (a->keys[i].len == 0 || a->keys[i].len > PD_KEY_MAX || !a->keys[i].p)
+			return 0;
+	return 1;
+}
+
+static struct rx_req *new_req(struct pd_rx *rx, const struct pd_rx_alloc *a, uint32_t total,
+			      uint32_t world_size)
+{
+	uint64_t need = (uint64_t)total * world_size;
+	struct rx_req *r;
+
+	if (need > UINT32_MAX)
+		return NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->chunks = calloc(need ? need : 1, sizeof(*r->chunks));
+	r->rank_seen = calloc(2 * (size_t)world_size, sizeof(*r->rank_seen));
+	if (!r->chunks || !r->rank_seen) {
+		free(r->chunks);
+		free(r->rank_seen);
+		free(r);
+		return NULL;
+	}
+	r->rank_peer = r->rank_seen + world_size;
+	STAILQ_INIT(&r->held);
+	r->tag = rx->next_tag++;
+	r->world_size = world_size;
+	r->total = total;
+	r->need = (uint32_t)need;
+	r->id_len = a->req_id_len;
+	r->anon = a->req_id_len == 0;
+	memcpy(r->id, a->req_id, a->req_id_len);
+	TAILQ_INSERT_TAIL(&rx->all, r, all);
+	rx->nreq++;
+	if (!r->anon)
+		rx_tree_add(rx, r);
+	return r;
+}
+
+/* A request's first batch: admission of the whole gang. */
+static int start_req(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
+{
+	uint32_t total = a->req_id_len ? a->total_chunks : a->nkeys;
+	uint32_t ws = a->req_id_len ? a->world_size : 1;
+	struct rx_req *r;
+	int rc;
+
+	if (total == 0) {
+		rx->st.rejected_zero++;
+		reply_err(rx, a, a->req_id_len ? -EINVAL : 0);
+		return 0;
+	}
+	if ((uint64_t)total * ws > rx->nslots) {
+		rx->st.rejected_big++;
+		reply_err(rx, a, -E2BIG);
+		return 0;
+	}
+	if (rx->nreq >= rx->o.max_requests || !(r = new_req(rx, a, total, ws))) {
+		rx->st.rejected_busy++;
+		reply_err(rx, a, -EBUSY);
+		return 0;
+	}
+	rc = pd_admit_request(&rx->adm, &r->adm, r->need, now_ns);
+	if (rc == 1) {
+		r->state = RX_WAITING;
+		rc = rx_hold(rx, r, a);
+		return rc < 0 ? 0 : 1;
+	}
+	PD_ASSERT(rc == 0);
+	r->state = RX_ACTIVE;
+	rx_touch(rx, r, now_ns);
+	return rx_run_batch(rx, r, a, now_ns);
+}
+
+int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
+{
+	struct rx_req *r;
+	int rc;
+
+	if (!rx || !alloc_ok(a)) {
+		if (rx && a)
+			reply_err(rx, a, -EINVAL);
+		return -EINVAL;
+	}
+	rx->st.batches++;
+	r = rx_find(rx, a->req_id, a->req_id_len);
+	if (!r) {
+		rc = start_req(rx, a, now_ns);
+	} else if (r->state == RX_TOMB) {
+		rx->st.rejected_tomb++;
+		reply_err(rx, a, -ECANCELED);
+		rc = 0;
+	} else if (r->state == RX_WAITING) {
+		rc = rx_hold(rx, r, a) < 0 ? 0 : 1;
+	} else {
+		rc = rx_run_batch(rx, r, a, now_ns);
+	}
+	rx_settle(rx, now_ns);
+	return rc;
+}
+
+/* ---- holding batches while waiting -------------------------------------- */
+
+static size_t held_size(const struct pd_rx_alloc *a)
+{
+	size_t n = sizeof(struct rx_held) + a->nkeys * (sizeof(struct pd_rx_key) + sizeof(uint32_t));
+
+	for (uint32_t i = 0; i < a->nkeys; i++)
+		n += a->keys[i].len;
+	return n;
+}
+
+int rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a)
+{
+	size_t bytes = held_size(a);
+	struct rx_held *h;
+	uint32_t *lens;
+	uint8_t *p;
+
+	if (rx->held_bytes + bytes > rx->o.max_held_bytes || !(h = malloc(bytes))) {
+		rx->st.rejected_busy++;
+		reply_err(rx, a, -EBUSY);
+		rx_doom(rx, r, -EBUSY); /* a lost batch breaks the request */
+		return -EBUSY;
+	}
+	h->bytes = bytes;
+	h->a = *a;
+	lens = (uint32_t *)(h->keys + a->nkeys);
+	p = (uint8_t *)(lens + a->nkeys);
+	for (uint32_t i = 0; i < a->nkeys; i++) {
+		memcpy(p, a->keys[i].p, a->keys[i].len);
+		h->keys[i] = (struct pd_rx_key){ .p = p, .len = a->keys[i].len };
+		lens[i] = a->lens ? a->lens[i] : 0;
+		p += a->keys[i].len;
+	}
+	h->a.keys = h->keys;
+	h->a.lens = a->lens ? lens : NULL;
+	h->a.req_id = r->id;
+	STAILQ_INSERT_TAIL(&r->held, h, link);
+	rx->held_bytes += bytes;
+	return 0;
+}
+
+void rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
+{
+	struct rx_held *h;
+
+	while (r->state == RX_ACTIVE && !r->in_work && (h = STAILQ_FIRST(&r->held))) {
+		STAILQ_REMOVE_HEAD(&r->held, link);
+		rx->held_bytes -= h->bytes;
+		(void)rx_run_batch(rx, r, &h->a, now_ns);
+		free(h);
+	}
+}
+
+/* ---- granting ------------------------------------------------------------- */
+
+/* The batch agrees with what the request's earlier batches declared. */
+static int batch_fits(const struct rx_req *r, const struct pd_rx_alloc *a)
+{
+	uint32_t seen;
+
+	if (r->anon)
+		return 1;
+	if (a->world_size != r->world_size || a->total_chunks != r->total)
+		return 0;
+	if (r->rank_peer[a->rank] && r->rank_peer[a->rank] != a->peer + 1)
+		return 0;
+	if (r->rank_last & (1ull << a->rank))
+		return 0; /* a batch after the rank's last one */
+	seen = r->rank_seen[a->rank];
+	if ((uint64_t)seen + a->nkeys > r->total)
+		return 0; /* more chunks than declared */
+	return !a->is_last || seen + a->nkeys == r->total;
+}
+
+/* Hold a chunk another request granted: its slot is already counted, so
+ * this draws on the reservation without a slot. */
+static int pin_chunk(struct pd_rx *rx, struct rx_req *r, uint32_t slot)
+{
+	struct rx_chunk *c = &rx->chunks[slot];
+	struct rx_pin *p;
+	int rc = pd_admit_use(&rx->adm, &r->adm, 0, 1);
+
+	if (rc < 0)
+		return -EPROTO;
+	if (c->state == CHUNK_GRANTED) {
+		p = malloc(sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		p->req = r;
+		LIST_INSERT_HEAD(&c->pinners, p, link);
+	} else {
+		r->committed++;
+	}
+	c->refs++;
+	r->chunks[r->nchunks++] = slot;
+	return 0;
+}
+
+/* Sort the batch's keys into already present (pinned now) and fresh.
+ * @return fresh count, or -EPROTO / -ENOMEM. */
+static int dedup_pass(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
+		      uint32_t *nalready)
+{
+	uint32_t nfresh = 0;
+	int rc;
+
+	*nalready = 0;
+	for (uint32_t i = 0; i < a->nkeys; i++) {
+		struct pd_index_val v;
+		struct rx_chunk *c;
+
+		if (pd_index_lookup(rx->o.index, a->keys[i].p, a->keys[i].len, &v) < 0) {
+			rx->fresh[nfresh++] = i;
+			continue;
+		}
+		c = v.slot < rx->nslots ? &rx->chunks[v.slot] : NULL;
+		if (!c || c->state == CHUNK_FREE || c->state == CHUNK_ZOMBIE || v.req == r->tag)
+			return -EPROTO; /* a key twice in one request, or a stale entry */
+		rc = pin_chunk(rx, r, v.slot);
+		if (rc < 0)
+			return rc;
+		rx->remote[i] = (int32_t)v.slot;
+		rx->already[(*nalready)++] = (int32_t)i;
+	}
+	return (int)nfresh;
+}
+
+static int publish(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
+		   uint32_t pos, pd_slot_ref ref)
+{
+	uint32_t slot = PD_SLOT_REF_IDX(ref);
+	struct rx_chunk *c = &rx->chunks[slot];
+	struct pd_index_val v = { .req = r->tag, .slot = slot, .gen = PD_SLOT_REF_GEN(ref),
+				  .len = a->lens ? a->lens[pos] : 0, .state = PD_INDEX_PENDING };
+
+	/* Cannot overflow: batch_fits() bounds the request's chunks by need. */
+	int rc = pd_admit_use(&rx->adm, &r->adm, 1, 0);
+
+	PD_ASSERT(rc == 0);
+	c->writer = r;
+	c->ref = ref;
+	c->refs = 1;
+	c->state = CHUNK_GRANTED;
+	c->peer = a->peer;
+	c->len = v.len;
+	c->klen = (uint8_t)a->keys[pos].len;
+	memcpy(c->key, a->keys[pos].p, c->klen);
+	r->chunks[r->nchunks++] = slot; /* held from here on: rollback frees it */
+	rx->remote[pos] = (int32_t)slot;
+	return pd_index_insert(rx->o.index, c->key, c->klen, &v);
+}
+
+static int grant_fresh(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
+		       uint32_t nfresh)
+{
+	struct pd_pool_who who = { .owner = rx->o.owner, .pid = pd_self_pid(), .tag = r->tag,
+				   .state = PD_SLOT_GRANTED };
+	int rc;
+
+	if (nfresh == 0)
+		return 0;
+	rc = pd_pool_alloc(rx->o.pool, &who, nfresh, 0, rx->refs);
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < nfresh; i++) {
+		rc = publish(rx, r, a, rx->fresh[i], rx->refs[i]);
+		if (rc < 0) {
+			/* Slots after i were never held by the request: free them here. */
+			if (i + 1 < nfresh)
+				(void)pd_pool_free(rx->o.pool, rx->refs + i + 1, nfresh - i - 1);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
+		 uint64_t now_ns)
+{
+	uint32_t nalready;
+	int nfresh, rc;
+
+	if (!batch_fits(r, a)) {
+		rx->st.proto_errors++;
+		reply_err(rx, a, -EPROTO);
+		rx_doom(rx, r, -EPROTO);
+		return 0;
+	}
+	nfresh = dedup_pass(rx, r, a, &nalready);
+	rc = nfresh < 0 ? nfresh : grant_fresh(rx, r, a, (uint32_t)nfresh);
+	if (rc < 0) {
+		rx->st.grant_errors += rc != -EPROTO;
+		rx->st.proto_errors += rc == -EPROTO;
+		reply_err(rx, a, rc);
+		rx_doom(rx, r, rc);
+		return 0;
+	}
+	rx->st.granted += (uint32_t)nfresh;
+	rx->st.deduped += nalready;
+	if (r->anon) {
+		r->rank_peer[0] = a->peer + 1; /* one batch, one peer */
+	} else {
+		r->rank_seen[a->rank] += a->nkeys;
+		r->rank_peer[a->rank] = a->peer + 1;
+		if (a->is_last)
+			r->rank_last |= 1ull << a->rank;
+	}
+	rx->o.ops->reply(rx->o.ctx, a->peer, a->seq, 0, rx->remote, a->nkeys, rx->already,
+			 nalready);
+	rx_touch(rx, r, now_ns);
+	rx_check_ready(rx, r, now_ns);
+	return 0;
+}

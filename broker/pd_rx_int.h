@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_BROKER_PD_RX_INT_H
+#define PD_BROKER_PD_RX_INT_H
+
+/* Receiver engine internals, shared by broker/pd_rx*.c only. */
+#include "pd_tree.h"
+
+#include "pd_rx.h"
+
+#define RX_WAITING 1u /* asked for admission */
+#define RX_ACTIVE  2u /* admitted, receiving */
+#define RX_READY   3u /* every chunk in place */
+#define RX_TOMB    4u /* ended; refuses late batches until it expires */
+
+#define WORK_NONE     0u
+#define WORK_ADMITTED 1u
+#define WORK_DOOMED   2u
+
+#define CHUNK_FREE      0u
+#define CHUNK_GRANTED   1u /* slot granted, bytes not yet written */
+#define CHUNK_COMMITTED 2u /* bytes in place */
+#define CHUNK_ZOMBIE    3u /* unreferenced, but decode agents still pin its index entry */
+
+struct rx_req;
+
+/* A request waiting for another request's chunk to be written. */
+struct rx_pin {
+	struct rx_req *req;
+	LIST_ENTRY(rx_pin) link;
+};
+
+/* One per recv slot, indexed by slot index. */
+struct rx_chunk {
+	struct rx_req *writer;       /* request that granted it, while that one lives */
+	pd_slot_ref ref;
+	uint32_t refs;               /* requests holding it: the writer and pinners */
+	uint32_t state;              /* CHUNK_* */
+	uint32_t peer;               /* granted to */
+	uint32_t len;
+	LIST_HEAD(, rx_pin) pinners; /* requests waiting for the commit */
+	uint8_t klen;
+	uint8_t key[PD_KEY_MAX];
+};
+
+/* A batch held while its request waits for admission (keys copied). */
+struct rx_held {
+	STAILQ_ENTRY(rx_held) link;
+	size_t bytes;
+	struct pd_rx_alloc a;
+	struct pd_rx_key keys[];     /* then lens, then key bytes */
+};
+
+struct rx_req {
+	RB_ENTRY(rx_req) by_id;
+	TAILQ_ENTRY(rx_req) order;   /* live list (activity order) or tombstone list */
+	TAILQ_ENTRY(rx_req) work;    /* admitted or doomed work lists */
+	TAILQ_ENTRY(rx_req) all;     /* every request the engine has */
+	STAILQ_HEAD(, rx_held) held;
+	struct pd_adm_entry adm;
+	uint64_t tag;
+	uint64_t last_ns;            /* last progress, or when it became a tombstone */
+	uint32_t state;              /* RX_* */
+	uint32_t anon;               /* empty req_id: never in the tree */
+	uint32_t in_tree;
+	uint32_t on_live;            /* in the live list */
+	uint32_t in_work;            /* WORK_* : which work list holds it */
+	int32_t  doom_err;
+	uint32_t world_size;
+	uint32_t total;              /* per rank */
+	uint32_t need;               /* total x world_size */
+	uint32_t nchunks;            /* entries in chunks[] */
+	uint32_t committed;          /* of them, committed */
+	uint32_t *chunks;            /* slot index of every chunk held (own or pinned) */
+	uint32_t *rank_seen;         /* chunks per rank */
+	uint32_t *rank_peer;         /* peer + 1 per rank, 0 = none yet */
+	uint64_t rank_last;          /* bit per rank: last batch seen */
+	uint32_t id_len;
+	uint8_t id[PD_REQ_ID_MAX];
+};
+
+RB_HEAD(rx_tree, rx_req);
+TAILQ_HEAD(rx_list, rx_req);
+
+struct pd_rx {
+	struct pd_rx_opts o;
+	struct pd_admit adm;
+	struct rx_tree by_id;
+	struct rx_list live;         /* ACTIVE and READY, least recently active first */
+	struct rx_list tombs;        /* oldest first */
+	struct rx_list admitted;     /* work: just admitted, held batches to run */
+	struct rx_list doomed;       /* work: to roll back */
+	struct rx_list all;          /* every request, any state */
+	struct rx_chunk *chunks;     /* nslots */
+	uint32_t nslots;
+	uint32_t nreq;               /* live + waiting + tombstones */
+	uint32_t nzombies;
+	uint64_t next_tag;
+	uint64_t held_bytes;
+	struct pd_rx_stats st;
+	/* Scratch for one batch. */
+	int32_t *remote;
+	int32_t *already;
+	uint32_t *fresh;             /* positions of keys needing a new slot */
+	pd_slot_ref *refs;
+};
+
+/* pd_rx.c */
+struct rx_req *rx_find(struct pd_rx *rx, const uint8_t *id, uint32_t len);
+void rx_tree_add(struct pd_rx *rx, struct rx_req *r);
+void rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
+void rx_view(const struct rx_req *r, struct pd_rx_req_view *v);
+void rx_req_free(struct pd_rx *rx, struct rx_req *r);
+
+/* pd_rx_batch.c */
+int rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
+		 uint64_t now_ns);
+int rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a);
+void rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
+
+/* pd_rx_end.c */
+void rx_doom(struct pd_rx *rx, struct rx_req *r, int32_t err);
+void rx_settle(struct pd_rx *rx, uint64_t now_ns);
+void rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns);
+void rx_check_ready(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
+void rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
+void rx_reap_zombies(struct pd_rx *rx);
+
+#endif
