@@ -18,7 +18,7 @@ ifeq ($(SAN),)
 else ifeq ($(SAN),asan)
   VARIANT := asan
   SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-  OPT := -O1 -g
+  OPT := -O1 -g -DPD_DEBUG
 else ifeq ($(SAN),tsan)
   VARIANT := tsan
   SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer

@@ -237,9 +237,11 @@ static int dedup_pass(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_all
 			rx->fresh[nfresh++] = i;
 			continue;
 		}
+		if (v.req == r->tag)
+			return -EPROTO; /* a key twice in one request */
 		c = v.slot < rx->nslots ? &rx->chunks[v.slot] : NULL;
-		if (!c || c->state == CHUNK_FREE || c->state == CHUNK_ZOMBIE || v.req == r->tag)
-			return -EPROTO; /* a key twice in one request, or a stale entry */
+		if (!c || c->state == CHUNK_FREE || c->state == CHUNK_ZOMBIE)
+			return -EBUSY; /* an old copy decode agents still read */
 		rc = pin_chunk(rx, r, v.slot);
 		if (rc < 0)
 			return rc;
@@ -271,7 +273,8 @@ static int publish(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc 
 	memcpy(c->key, a->keys[pos].p, c->klen);
 	r->chunks[r->nchunks++] = slot; /* held from here on: rollback frees it */
 	rx->remote[pos] = (int32_t)slot;
-	return pd_index_insert(rx->o.index, c->key, c->klen, &v);
+	rc = pd_index_insert(rx->o.index, c->key, c->klen, &v);
+	return rc == -EEXIST ? -EPROTO : rc; /* the same key twice in the batch */
 }
 
 static int grant_fresh(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,

@@ -119,6 +119,28 @@ static void test_putdone_for_foreign_slot_rolls_back(void **state)
 	assert_int_equal(stats(f).late_putdone, 1);
 }
 
+static void test_same_key_twice_in_a_request_is_a_violation(void **state)
+{
+	struct rx_fx *f = *state;
+	struct pd_rx_key k[2] = { { (const uint8_t *)"dup", 3 }, { (const uint8_t *)"dup", 3 } };
+	struct pd_rx_alloc a = { .peer = 1, .seq = 1, .req_id = (const uint8_t *)"A",
+				 .req_id_len = 1, .nkeys = 2, .keys = k, .total_chunks = 4,
+				 .world_size = 1 };
+
+	assert_int_equal(pd_rx_alloc(f->rx, &a, f->now), 0);
+	assert_int_equal(rxf_got(f, 1, 1)->err, -EPROTO);
+	rxf_assert_empty(f);
+	/* Across batches of one request too. */
+	a.req_id = (const uint8_t *)"B", a.nkeys = 1, a.seq = 2;
+	assert_int_equal(pd_rx_alloc(f->rx, &a, f->now), 0);
+	assert_int_equal(rxf_got(f, 1, 2)->err, 0);
+	a.seq = 3;
+	assert_int_equal(pd_rx_alloc(f->rx, &a, f->now), 0);
+	assert_int_equal(rxf_got(f, 1, 3)->err, -EPROTO);
+	assert_int_equal(stats(f).proto_errors, 2);
+	rxf_assert_empty(f);
+}
+
 /* ---- deadlines ------------------------------------------------------------------- */
 
 static void test_admission_timeout_fails_the_waiter_only(void **state)
@@ -328,6 +350,7 @@ int main(void)
 		T(test_short_last_batch_and_changed_total_are_violations),
 		T(test_batch_failure_rolls_back_earlier_batches),
 		T(test_putdone_for_foreign_slot_rolls_back),
+		T(test_same_key_twice_in_a_request_is_a_violation),
 		T(test_admission_timeout_fails_the_waiter_only),
 		T(test_ttl_reclaims_unconsumed_ready_request),
 		cmocka_unit_test(test_cancel_at_every_stage_leaves_nothing),
