@@ -17,7 +17,9 @@ static int req_cmp(const struct rx_req *a, const struct rx_req *b)
 	return a->id_len < b->id_len ? -1 : a->id_len > b->id_len;
 }
 
+#define __unused __attribute__((unused)) /* see pd_tree.h */
 RB_GENERATE_STATIC(rx_tree, rx_req, by_id, req_cmp)
+#undef __unused
 
 struct rx_req *rx_find(struct pd_rx *rx, const uint8_t *id, uint32_t len)
 {

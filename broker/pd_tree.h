@@ -3,16 +3,16 @@
 #define PD_BROKER_PD_TREE_H
 
 /*
- * Red-black trees from libbsd's <bsd/sys/tree.h>. Its RB_*_STATIC macros
- * use the BSD attribute __unused, which libbsd leaves undefined on Linux
- * (glibc headers use the name for struct members), so it is defined here,
- * after every system header this file pulls in.
+ * Lists and red-black trees from libbsd. Its RB_GENERATE_STATIC uses the
+ * BSD attribute __unused, which libbsd leaves undefined on Linux (Linux and
+ * glibc headers use the name for struct members), so a file defines it only
+ * around the expansion:
+ *
+ *   #define __unused __attribute__((unused))
+ *   RB_GENERATE_STATIC(name, type, field, cmp)
+ *   #undef __unused
  */
-#include <sys/queue.h>
+#include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
-
-#ifndef __unused
-#define __unused __attribute__((unused))
-#endif
 
 #endif

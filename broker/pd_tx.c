@@ -35,9 +35,7 @@ static int batch_cmp(const struct pd_tx_batch *a, const struct pd_tx_batch *b)
 	return (a->seq > b->seq) - (a->seq < b->seq);
 }
 
-/* libbsd leaves __unused undefined (it clashes with glibc struct members),
- * and RB_GENERATE_STATIC needs it: define it just here. */
-#define __unused __attribute__((unused))
+#define __unused __attribute__((unused)) /* see pd_tree.h */
 RB_GENERATE_STATIC(pd_tx_req_tree, pd_tx_req, node, req_cmp)
 RB_GENERATE_STATIC(pd_tx_batch_tree, pd_tx_batch, node, batch_cmp)
 #undef __unused

@@ -28,7 +28,8 @@
  *   2. staging of every batch that has no write posted is freed at once;
  *      a later AllocResponse for such a batch is ignored (counted);
  *   3. once no write of the request is in flight (they complete or fail),
- *      CancelNotif to the peer (unless the peer itself failed), and one
+ *      CancelNotif to the peer (unless the peer itself failed, or no
+ *      AllocRequest of the request was ever sent to it), and one
  *      PUT_FAILED event for the agent (unless the agent is gone);
  *      ProxyNotif with a failure status only with notify_failures.
  *   The (req_id, rank) stays tombstoned for tombstone_ns: later batches of
@@ -188,7 +189,8 @@ struct pd_tx_resp {
 /**
  * The AllocResponse for seq from peer. Positions in already_sent need no
  * write (their remote index is ignored) and count as completed. err != 0:
- * the request fails with err; a failed remote index (< 0): with -ENOBUFS.
+ * the request fails with err (err > 0: with -EPROTO); a failed remote
+ * index (< 0) at a position to write: with -ENOBUFS.
  * @return 0 (also when the response failed the request); -EINVAL NULLs;
  *         -ENOENT unknown/stale seq, another peer, or a second response
  *         (ignored, counted); -EPROTO the response does not match the
@@ -208,8 +210,9 @@ int pd_tx_write_done(struct pd_tx *tx, uint64_t seq, int rc, uint64_t now_ns);
 int pd_tx_cancel(struct pd_tx *tx, const uint8_t *req_id, uint32_t len, uint32_t rank,
 		 uint64_t now_ns);
 
-/* The agent is gone: abort its requests, no events to it (also for those
- * already aborting). @return requests newly aborted; -EINVAL. */
+/* The agent is gone: abort its requests (status -ECANCELED), no events to
+ * it (also for those already aborting). @return requests newly aborted;
+ * -EINVAL. */
 int pd_tx_agent_gone(struct pd_tx *tx, uint32_t agent, uint64_t now_ns);
 /* The peer failed (dead, restarted, QP error): its requests fail with err
  * (< 0), no CancelNotif (also for those already aborting); staging of

@@ -15,8 +15,7 @@
  */
 #include <stdint.h>
 
-#include <bsd/sys/queue.h>
-#include <bsd/sys/tree.h>
+#include "pd_tree.h"
 
 #include "pd_tx.h"
 
