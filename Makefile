@@ -81,7 +81,7 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(B)/%)
 HEADERS := $(wildcard include/pdkv/*.h shm/*.h agent/*.h broker/*.h)
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all test check tsan install clean deps bench check-headers check-symbols help
+.PHONY: all test check tsan install clean deps bench check-headers check-symbols help fuzz
 # Keep objects of test and bench programs (make treats them as intermediate).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -94,6 +94,7 @@ help:
 	@echo "make check      the whole test suite under ASan + UBSan (build/asan)"
 	@echo "make tsan       threaded tests under TSan (build/tsan)"
 	@echo "make bench      shm micro-benchmarks beside their baselines"
+	@echo "make fuzz       libFuzzer on the wire codec for FUZZ_SECONDS=$(FUZZ_SECONDS) (clang, build/fuzz)"
 	@echo "make deps       install the Debian packages pdkv needs (root), or print the command"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=: programs, libpdagent.so, headers, pdkv.pc"
 	@echo "make clean      remove build/"
@@ -170,6 +171,32 @@ tsan-run: $(TSAN_BIN)
 bench: $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do $$b || exit 1; done
 
+# ---- fuzzing ---------------------------------------------------------------
+# libFuzzer targets with ASan + UBSan, built by clang into build/fuzz (their
+# own variant: objects never mix). The seed corpus is copied to
+# build/fuzz/corpus first, so new inputs are never written into the tree.
+# Any crash, leak, timeout or RSS blow-up fails the target.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_B       := build/fuzz
+FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS   = -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) $(WARN) $(PC_CFLAGS)
+FUZZ_OPTS    := -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -rss_limit_mb=2048
+FUZZ_WIRE_OBJ := $(patsubst %.c,$(FUZZ_B)/%.o,$(wildcard broker/pd_wire*.c) shm/pd_err.c \
+		 tests/fuzz/fuzz_wire.c)
+
+$(FUZZ_B)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_B)/fuzz_wire: $(FUZZ_WIRE_OBJ)
+	$(FUZZ_CC) $(FUZZ_SAN) -o $@ $^ $(PC_LIBS_BROKER)
+
+fuzz: $(FUZZ_B)/fuzz_wire
+	rm -rf $(FUZZ_B)/corpus && mkdir -p $(FUZZ_B)/corpus
+	cp tests/fuzz/corpus_wire/* $(FUZZ_B)/corpus/
+	$(FUZZ_B)/fuzz_wire $(FUZZ_OPTS) -artifact_prefix=$(FUZZ_B)/ $(FUZZ_B)/corpus
+
 # ---- install ---------------------------------------------------------------
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
@@ -184,7 +211,7 @@ install: all
 clean:
 	rm -rf build
 
--include $(shell find build/$(VARIANT) -name '*.d' 2>/dev/null)
+-include $(shell find build/$(VARIANT) $(FUZZ_B) -name '*.d' 2>/dev/null)
 
 .PHONY: demo
 demo:

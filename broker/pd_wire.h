@@ -60,7 +60,7 @@
 #define PD_WIRE_MAX_MSG     (4u << 20)
 #define PD_WIRE_MAX_KEYS    4096u
 #define PD_WIRE_MAX_DEPTH   8u       /* containers nested, the top-level map counting 1 */
-#define PD_WIRE_MAX_OBJS    32768u   /* msgpack objects in one message (bounds the decoder's zone) */
+#define PD_WIRE_MAX_OBJS    32768u   /* msgpack objects per message: bounds the decoder's zone */
 #define PD_WIRE_MAX_XPORTS  4u
 #define PD_WIRE_NAME_MAX    63u   /* broker name, host id */
 #define PD_WIRE_ADDR_MAX    255u  /* transport address, error text */

@@ -125,7 +125,7 @@ static int open_container(struct scan *s, const struct item *it, uint32_t depth)
 	if (it->n > PD_WIRE_MAX_KEYS)
 		return bad(s, "container of more than PD_WIRE_MAX_KEYS entries");
 	if (objs > s->len - s->pos - it->size)
-		return bad(s, "container longer than the message");
+		return bad(s, "truncated (more entries than bytes left)");
 	return 0;
 }
 
@@ -141,7 +141,7 @@ static int walk(struct scan *s)
 	int rc;
 
 	left[0] = 1;
-	while (left[0] > 0) {
+	while (depth > 0 || left[0] > 0) {
 		if (s->pos >= s->len)
 			return bad(s, "truncated");
 		if (++nobj > PD_WIRE_MAX_OBJS)
@@ -150,7 +150,7 @@ static int walk(struct scan *s)
 		if (rc < 0)
 			return rc;
 		if (it.size > s->len - s->pos)
-			return bad(s, "string, bin or ext longer than the message");
+			return bad(s, "truncated (object runs past the end)");
 		left[depth]--;
 		if (it.shape == ARR || it.shape == MAP) {
 			rc = open_container(s, &it, depth);
