@@ -185,7 +185,13 @@ FUZZ_OPTS    := -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -rss_
 FUZZ_WIRE_OBJ := $(patsubst %.c,$(FUZZ_B)/%.o,$(wildcard broker/pd_wire*.c) shm/pd_err.c \
 		 tests/fuzz/fuzz_wire.c)
 
-$(FUZZ_B)/%.o: %.c | $(DEPS_STAMP)
+$(FUZZ_B)/.clang-ok: | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@command -v $(FUZZ_CC) >/dev/null && [ -n "$$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] \
+		|| tools/deps.sh install
+	@touch $@
+
+$(FUZZ_B)/%.o: %.c | $(FUZZ_B)/.clang-ok
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 
