@@ -93,7 +93,7 @@ help:
 	@echo "make test       install missing deps, build, run every test (N passed, N failed)"
 	@echo "make check      the whole test suite under ASan + UBSan (build/asan)"
 	@echo "make tsan       threaded tests under TSan (build/tsan)"
-	@echo "make bench      shm micro-benchmarks beside their baselines"
+	@echo "make bench      micro-benchmarks (shm core, receiver engine) beside their baselines"
 	@echo "make fuzz       libFuzzer on the wire codec for FUZZ_SECONDS=$(FUZZ_SECONDS) (clang, build/fuzz)"
 	@echo "make deps       install the Debian packages pdkv needs (root), or print the command"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=: programs, libpdagent.so, headers, pdkv.pc"
@@ -136,8 +136,9 @@ $(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE)
 $(B)/tests/tsan/%: $(B)/tests/tsan/%.o $(SUPPORT_OBJ) $(LIBCORE)
 	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) $(LDLIBS_ALL)
 
-$(B)/tests/bench/%: $(B)/tests/bench/%.o $(SUPPORT_OBJ) $(LIBCORE)
-	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+$(B)/tests/bench/%: $(B)/tests/bench/%.o $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) \
+		$(LDLIBS_ALL)
 
 # ---- tests -----------------------------------------------------------------
 # Every header compiles on its own.

@@ -186,6 +186,8 @@ int pd_rx_put_done(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint3
 	for (uint32_t i = 0; i < n; i++) {
 		struct rx_chunk *c = &rx->chunks[slots[i]];
 
+		if (c->state != CHUNK_GRANTED)
+			continue; /* named twice in this PutDone: committed already */
 		rx_touch(rx, c->writer, now_ns);
 		rx_commit(rx, c, now_ns);
 	}

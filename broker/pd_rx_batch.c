@@ -167,7 +167,10 @@ void rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 {
 	struct rx_held *h;
 
-	while (r->state == RX_ACTIVE && !r->in_work && (h = STAILQ_FIRST(&r->held))) {
+	/* READY too: a batch of no keys (the last one) may follow the batch
+	 * whose pinned chunks made it READY at once. */
+	while ((r->state == RX_ACTIVE || r->state == RX_READY) && !r->in_work &&
+	       (h = STAILQ_FIRST(&r->held))) {
 		STAILQ_REMOVE_HEAD(&r->held, link);
 		rx->held_bytes -= h->bytes;
 		(void)rx_run_batch(rx, r, &h->a, now_ns);
