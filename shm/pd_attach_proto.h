@@ -40,7 +40,7 @@ struct pd_attach_hello {
 	uint32_t roles;         /* PD_ROLE_* */
 	uint32_t tp_rank;
 	uint32_t tp_size;
-	uint8_t  _rsvd[32];
+	uint8_t  _rsvd[36];
 };
 _Static_assert(sizeof(struct pd_attach_hello) == 64, "attach ABI");
 
