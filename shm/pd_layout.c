@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <string.h>
+
+#include "pd_err.h"
+#include "pd_layout.h"
+
+static uint64_t align64(uint64_t v)
+{
+	return PD_ALIGN_UP(v, (uint64_t)PD_CACHE_LINE);
+}
+
+static uint32_t auto_buckets(uint32_t recv_slots)
+{
+	uint32_t b = 64;
+
+	while (b < 2ull * recv_slots && b < PD_INDEX_MAX_BUCKETS)
+		b <<= 1;
+	return b;
+}
+
+static int64_t agents_len(const struct pd_layout_opts *o, uint64_t *sq, uint64_t *cq,
+			  uint64_t *rings_off)
+{
+	int64_t s = pd_ring_memsize(o->sq_entries, sizeof(struct pd_sqe));
+	int64_t c = pd_ring_memsize(o->cq_entries, sizeof(struct pd_cqe));
+
+	if (s < 0 || c < 0 || o->max_agents == 0 || o->max_agents > PD_MAX_AGENTS)
+		return -EINVAL;
+	*sq = align64((uint64_t)s);
+	*cq = align64((uint64_t)c);
+	*rings_off = align64(sizeof(struct pd_agent_table) +
+			     (uint64_t)o->max_agents * sizeof(struct pd_agent_slot));
+	return (int64_t)(*rings_off + o->max_agents * (*sq + *cq));
+}
+
+/* Region lengths for o; -EINVAL with err set when o is unusable. */
+static int plan(const struct pd_layout_opts *o, struct pd_segment_opts *so, char *err,
+		size_t errlen)
+{
+	uint64_t sq, cq, roff;
+	int64_t v[PD_REGION_MAX] = { 0 };
+
+	if (o->send_slots == 0 && o->recv_slots == 0) {
+		pd_err_set(err, errlen, "neither send nor recv slots");
+		return -EINVAL;
+	}
+	if (o->send_slots) {
+		v[PD_REGION_SEND_POOL] = pd_pool_memsize(o->send_slots);
+		v[PD_REGION_SEND_ARENA] = pd_pool_arena_size(o->send_slots, o->slot_size);
+	}
+	if (o->recv_slots) {
+		v[PD_REGION_RECV_POOL] = pd_pool_memsize(o->recv_slots);
+		v[PD_REGION_RECV_ARENA] = pd_pool_arena_size(o->recv_slots, o->slot_size);
+		v[PD_REGION_RECV_INDEX] = pd_index_memsize(o->index_buckets ?
+							   o->index_buckets :
+							   auto_buckets(o->recv_slots));
+	}
+	v[PD_REGION_AGENTS] = agents_len(o, &sq, &cq, &roff);
+	for (uint32_t i = 0; i < PD_REGION_MAX; i++) {
+		if (v[i] < 0) {
+			pd_err_set(err, errlen, "bad geometry for region %u (slots, slot "
+				   "size, index buckets, agents or ring entries)", i);
+			return -EINVAL;
+		}
+		so->region_len[i] = (uint64_t)v[i];
+	}
+	return 0;
+}
+
+static void init_agents(struct pd_agent_table *t, const struct pd_layout_opts *o)
+{
+	uint64_t roff;
+
+	t->max_agents = o->max_agents;
+	t->sq_entries = o->sq_entries;
+	t->cq_entries = o->cq_entries;
+	(void)agents_len(o, &t->sq_bytes, &t->cq_bytes, &roff);
+	t->rings_off = roff;
+	t->magic = PD_AGENTS_MAGIC;
+}
+
+static int init_regions(struct pd_segment *seg, const struct pd_layout_opts *o)
+{
+	size_t len;
+	void *mem;
+	int rc = 0;
+
+	if (o->send_slots) {
+		mem = pd_segment_region(seg, PD_REGION_SEND_POOL, &len);
+		rc = pd_pool_init(mem, len, o->send_slots, o->slot_size);
+	}
+	if (rc == 0 && o->recv_slots) {
+		mem = pd_segment_region(seg, PD_REGION_RECV_POOL, &len);
+		rc = pd_pool_init(mem, len, o->recv_slots, o->slot_size);
+	}
+	if (rc == 0 && o->recv_slots) {
+		mem = pd_segment_region(seg, PD_REGION_RECV_INDEX, &len);
+		rc = pd_index_init(mem, len, o->index_buckets ? o->index_buckets :
+					     auto_buckets(o->recv_slots), 64, o->index_seed);
+	}
+	if (rc == 0)
+		init_agents(pd_segment_region(seg, PD_REGION_AGENTS, &len), o);
+	return rc;
+}
+
+int pd_layout_create(const struct pd_layout_opts *o, struct pd_shm *out, char *err,
+		     size_t errlen)
+{
+	struct pd_segment_opts so = { 0 };
+	struct pd_segment seg;
+	int rc;
+
+	if (!o || !out)
+		return -EINVAL;
+	rc = plan(o, &so, err, errlen);
+	if (rc < 0)
+		return rc;
+	so.name = o->name;
+	so.epoch = o->epoch;
+	so.mode = o->mode;
+	rc = pd_segment_create(&so, &seg, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = init_regions(&seg, o);
+	if (rc == 0)
+		rc = pd_layout_open(&seg, out, err, errlen);
+	for (uint32_t id = 0; rc == 0 && id < out->max_agents; id++)
+		rc = pd_layout_rings_reset(out, id);
+	if (rc < 0) {
+		pd_err_set(err, errlen, "cannot initialise the segment: %s", pd_strerror(rc));
+		pd_segment_destroy(&seg);
+	}
+	return rc;
+}
+
+static int open_pool(struct pd_segment *seg, uint32_t pool_id, uint32_t arena_id,
+		     struct pd_pool *p, uint32_t *has)
+{
+	size_t plen, alen;
+	void *pmem = pd_segment_region(seg, pool_id, &plen);
+	void *amem = pd_segment_region(seg, arena_id, &alen);
+
+	*has = 0;
+	if (!pmem && !amem)
+		return 0;
+	if (!pmem || !amem || pd_pool_open(p, pmem, plen, amem, alen) < 0)
+		return -EPROTO;
+	*has = 1;
+	return 0;
+}
+
+/* Copy the agent table's geometry once, then check that copy. */
+static int open_agents(struct pd_segment *seg, struct pd_shm *s)
+{
+	struct pd_layout_opts o = { 0 };
+	uint64_t sq, cq, roff;
+	int64_t need;
+
+	s->agents = pd_segment_region(seg, PD_REGION_AGENTS, &s->agents_len);
+	if (!s->agents || s->agents_len < sizeof(*s->agents) ||
+	    s->agents->magic != PD_AGENTS_MAGIC)
+		return -EPROTO;
+	o.max_agents = s->agents->max_agents;
+	o.sq_entries = s->agents->sq_entries;
+	o.cq_entries = s->agents->cq_entries;
+	need = agents_len(&o, &sq, &cq, &roff);
+	if (need < 0 || (uint64_t)need > s->agents_len || s->agents->sq_bytes != sq ||
+	    s->agents->cq_bytes != cq || s->agents->rings_off != roff)
+		return -EPROTO;
+	s->max_agents = o.max_agents;
+	s->sq_entries = o.sq_entries;
+	s->cq_entries = o.cq_entries;
+	s->sq_bytes = sq;
+	s->cq_bytes = cq;
+	s->rings_off = roff;
+	return 0;
+}
+
+int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t errlen)
+{
+	struct pd_shm s = { 0 };
+	size_t len;
+	void *mem;
+	int rc;
+
+	if (!seg || !out)
+		return -EINVAL;
+	rc = open_pool(seg, PD_REGION_SEND_POOL, PD_REGION_SEND_ARENA, &s.send, &s.has_send);
+	if (rc == 0)
+		rc = open_pool(seg, PD_REGION_RECV_POOL, PD_REGION_RECV_ARENA, &s.recv,
+			       &s.has_recv);
+	if (rc == 0 && s.has_recv) {
+		mem = pd_segment_region(seg, PD_REGION_RECV_INDEX, &len);
+		rc = mem ? pd_index_open(&s.index, mem, len) : -EPROTO;
+	}
+	if (rc == 0)
+		rc = open_agents(seg, &s);
+	if (rc < 0) {
+		pd_err_set(err, errlen, "segment regions missing or corrupt");
+		return -EPROTO;
+	}
+	s.seg = *seg;
+	*out = s;
+	return 0;
+}
+
+static void *ring_mem(struct pd_shm *s, uint32_t id, int cq)
+{
+	uint64_t off = s->rings_off + (uint64_t)id * (s->sq_bytes + s->cq_bytes);
+
+	return (uint8_t *)s->agents + off + (cq ? s->sq_bytes : 0);
+}
+
+int pd_layout_rings(struct pd_shm *s, uint32_t id, struct pd_ring_view *sq,
+		    struct pd_ring_view *cq)
+{
+	int rc;
+
+	if (!s || !sq || !cq || id >= s->max_agents)
+		return -EINVAL;
+	rc = pd_ring_view_init(sq, ring_mem(s, id, 0), s->sq_bytes);
+	if (rc == 0)
+		rc = pd_ring_view_init(cq, ring_mem(s, id, 1), s->cq_bytes);
+	return rc;
+}
+
+int pd_layout_rings_reset(struct pd_shm *s, uint32_t id)
+{
+	int rc;
+
+	if (!s || id >= s->max_agents)
+		return -EINVAL;
+	rc = pd_ring_init(ring_mem(s, id, 0), s->sq_bytes, s->sq_entries, sizeof(struct pd_sqe));
+	if (rc == 0)
+		rc = pd_ring_init(ring_mem(s, id, 1), s->cq_bytes, s->cq_entries,
+				  sizeof(struct pd_cqe));
+	return rc;
+}
+
+void pd_layout_close(struct pd_shm *s)
+{
+	if (!s)
+		return;
+	pd_segment_destroy(&s->seg);
+	s->agents = NULL;
+}

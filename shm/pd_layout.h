@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_SHM_PD_LAYOUT_H
+#define PD_SHM_PD_LAYOUT_H
+
+/*
+ * What lives in a broker's segment, built once by the broker and opened
+ * (validated) by every attacher: the send and recv slot pools with their
+ * payload arenas, the recv index, and the agent table with one ring pair
+ * per agent slot.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pd_index.h"
+#include "pd_proto.h"
+#include "pd_ring.h"
+#include "pd_segment.h"
+#include "pd_slots.h"
+
+#define PD_AGENTS_MAGIC 0x544e4741u /* "AGNT" */
+#define PD_MAX_AGENTS   256u
+
+/* Agent slot states. */
+#define PD_AGENT_FREE     0u
+#define PD_AGENT_ATTACHED 1u
+
+struct pd_agent_slot {
+	_Atomic uint32_t state;     /* writer: broker */
+	int32_t  pid;               /* writer: broker (from SO_PEERCRED) */
+	uint32_t roles;             /* writer: broker */
+	uint32_t tp_rank;
+	uint64_t attached_ns;       /* writer: broker; CLOCK_REALTIME */
+	_Atomic uint64_t submitted; /* writer: broker; entries taken from the sq */
+	_Atomic uint64_t completed; /* writer: broker; entries put on the cq */
+	_Atomic uint64_t bad;       /* writer: broker; entries refused */
+	uint8_t  _rsvd[16];
+};
+_Static_assert(sizeof(struct pd_agent_slot) == 64, "agent slot ABI");
+
+/* The agents region: this header, max_agents slots, then the rings. */
+struct pd_agent_table {
+	uint32_t magic;             /* immutable after init; writer: broker */
+	uint32_t max_agents;
+	uint32_t sq_entries;
+	uint32_t cq_entries;
+	uint64_t sq_bytes;          /* one submission ring */
+	uint64_t cq_bytes;          /* one completion ring */
+	uint64_t rings_off;         /* from the table: ring pair i at rings_off + i * (sq + cq) */
+	uint8_t  _pad[24];
+	struct pd_agent_slot slot[];
+};
+_Static_assert(sizeof(struct pd_agent_table) == 64, "agent table ABI");
+
+struct pd_layout_opts {
+	const char *name;
+	uint32_t send_slots;        /* 0: this broker does not send */
+	uint32_t recv_slots;        /* 0: this broker does not receive */
+	uint64_t slot_size;         /* multiple of 4 KiB */
+	uint32_t index_buckets;     /* 0: the power of two >= 2 x recv_slots (min 64) */
+	uint32_t max_agents;        /* 1..PD_MAX_AGENTS */
+	uint32_t sq_entries;        /* power of two */
+	uint32_t cq_entries;        /* power of two */
+	uint64_t epoch;
+	uint64_t index_seed;
+	uint32_t mode;              /* 0: 0660 */
+};
+
+/* Validated handles on everything in a segment. */
+struct pd_shm {
+	struct pd_segment seg;
+	struct pd_pool send;        /* valid when has_send */
+	struct pd_pool recv;        /* valid when has_recv */
+	struct pd_index index;      /* valid when has_recv */
+	struct pd_agent_table *agents;
+	uint32_t has_send;
+	uint32_t has_recv;
+	uint32_t max_agents;        /* validated copies of the table's geometry */
+	uint32_t sq_entries, cq_entries;
+	uint64_t sq_bytes, cq_bytes, rings_off;
+	size_t agents_len;
+};
+
+/**
+ * Broker: create the segment and initialise every region (state stays
+ * INITIALIZING: publish with pd_segment_publish(&s->seg) when ready).
+ * @return 0; -EINVAL bad opts (err says which); errors of
+ *         pd_segment_create().
+ */
+int pd_layout_create(const struct pd_layout_opts *o, struct pd_shm *out, char *err,
+		     size_t errlen);
+
+/**
+ * Any attacher: build validated handles from an attached segment (which
+ * out takes over: pd_layout_close() detaches it).
+ * @return 0; -EPROTO a region is missing, corrupt or inconsistent.
+ */
+int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t errlen);
+
+/* The ring pair of agent slot id (0-based), as validated views. 0, -EINVAL, -EPROTO. */
+int pd_layout_rings(struct pd_shm *s, uint32_t id, struct pd_ring_view *sq,
+		    struct pd_ring_view *cq);
+
+/* Broker: reset slot id's rings for a new agent. */
+int pd_layout_rings_reset(struct pd_shm *s, uint32_t id);
+
+/* Detach (the creator also unlinks). NULL-safe. */
+void pd_layout_close(struct pd_shm *s);
+
+#endif
