@@ -31,12 +31,12 @@ B := build/$(VARIANT)
 
 # pkg-config modules the build links; Debian packages that provide them
 # (and those later parts need) are installed by tools/deps.sh.
-PC_MODULES := libxxhash msgpack libbsd cmocka
+PC_MODULES := libxxhash msgpack libbsd libzmq cmocka
 
 # Lazy on purpose: expanded only after the deps stamp has run.
 PC_CFLAGS = $(shell pkg-config --cflags $(PC_MODULES))
 PC_LIBS_CORE = $(shell pkg-config --libs libxxhash)
-PC_LIBS_BROKER = $(shell pkg-config --libs msgpack libbsd)
+PC_LIBS_BROKER = $(shell pkg-config --libs msgpack libbsd libzmq)
 PC_LIBS_TEST = $(shell pkg-config --libs cmocka)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
