@@ -1,0 +1,445 @@
+/* SPDX-License-Identifier: MIT */
+/* Agents: attach handshake, liveness, ring draining, completions, doorbells. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pd_agents.h"
+#include "pd_attach.h"
+#include "pd_err.h"
+#include "pd_log.h"
+#include "pd_time.h"
+#include "pd_tree.h"
+
+#define E_FREE     0u
+#define E_HELLO    1u
+#define E_ATTACHED 2u
+
+#define HELLO_TIMEOUT_NS (2ull * PD_NS_PER_S)
+#define OPS_PER_TURN     64u  /* per agent, so that one agent cannot starve others */
+#define MAX_PENDING      4096u
+
+struct pending {
+	STAILQ_ENTRY(pending) link;
+	struct pd_cqe c;
+};
+
+struct ent {
+	struct pd_agents *ag;
+	uint32_t id;                 /* 1-based; slot id - 1 in the table */
+	uint32_t state;
+	int fd;
+	int bell;                    /* the broker rings it: completions ready */
+	struct pd_attach_conn conn;
+	struct pd_ring_view sq, cq;
+	STAILQ_HEAD(, pending) pend;
+	uint32_t npend;
+};
+
+struct pd_agents {
+	struct pd_agents_opts o;
+	char path[108];
+	int lfd;
+	int bell;                    /* agents ring it: submissions ready */
+	uint32_t nattached;
+	uint32_t max;
+	struct pd_sqe *buf;          /* one PUT: header + PD_RX_MAX_BATCH chunks */
+	struct ent ent[PD_MAX_AGENTS];
+};
+
+#define BUF_ENTRIES 4097u
+
+static void ring_bell(int fd)
+{
+	uint64_t one = 1;
+
+	(void)!write(fd, &one, sizeof(one));
+}
+
+static void drain_bell(int fd)
+{
+	uint64_t v;
+
+	(void)!read(fd, &v, sizeof(v));
+}
+
+/* ---- detaching ------------------------------------------------------------------ */
+
+static void drop_pending(struct ent *e)
+{
+	struct pending *p;
+
+	while ((p = STAILQ_FIRST(&e->pend))) {
+		STAILQ_REMOVE_HEAD(&e->pend, link);
+		free(p);
+	}
+	e->npend = 0;
+}
+
+static void detach(struct ent *e, int notify)
+{
+	struct pd_agents *ag = e->ag;
+	uint32_t was = e->state;
+
+	if (was == E_FREE)
+		return;
+	pd_loop_del(ag->o.loop, e->fd);
+	(void)close(e->fd);
+	if (e->bell >= 0)
+		(void)close(e->bell);
+	e->fd = e->bell = -1;
+	drop_pending(e);
+	e->state = E_FREE;
+	if (was != E_ATTACHED)
+		return;
+	atomic_store_explicit(&ag->o.shm->agents->slot[e->id - 1].state, PD_AGENT_FREE,
+			      memory_order_release);
+	ag->nattached--;
+	PD_LOG(INFO, ctl, "agent %u detached", e->id);
+	if (notify)
+		ag->o.ops->on_detach(ag->o.ctx, e->id);
+}
+
+void pd_agents_kick(struct pd_agents *ag, uint32_t id)
+{
+	if (ag && id >= 1 && id <= ag->max)
+		detach(&ag->ent[id - 1], 1);
+}
+
+uint32_t pd_agents_count(const struct pd_agents *ag)
+{
+	return ag ? ag->nattached : 0;
+}
+
+/* ---- attach handshake --------------------------------------------------------------- */
+
+static void refuse(int fd, int32_t status)
+{
+	struct pd_attach_ack ack;
+
+	pd_attach_ack_init(&ack, status);
+	(void)pd_attach_send_ack(fd, &ack, NULL);
+}
+
+static int hello_ok(struct ent *e, const struct pd_attach_hello *h, struct ucred *cred)
+{
+	struct pd_agents *ag = e->ag;
+
+	if (h->abi_major != PD_SHM_ABI_MAJOR)
+		return -EPROTO;
+	if (pd_attach_peer_cred(e->fd, cred) < 0 ||
+	    !pd_attach_cred_ok(cred, geteuid(), ag->o.group))
+		return -EACCES;
+	return 0;
+}
+
+static void fill_slot(struct ent *e, const struct pd_attach_hello *h, const struct ucred *cred)
+{
+	struct pd_agent_slot *s = &e->ag->o.shm->agents->slot[e->id - 1];
+	struct timespec now;
+
+	(void)clock_gettime(CLOCK_REALTIME, &now);
+	s->pid = cred->pid;
+	s->roles = h->roles;
+	s->tp_rank = h->tp_rank;
+	s->attached_ns = (uint64_t)now.tv_sec * PD_NS_PER_S + (uint64_t)now.tv_nsec;
+	atomic_store_explicit(&s->state, PD_AGENT_ATTACHED, memory_order_release);
+}
+
+/* Rings reset, doorbell made, ack with the fds sent. */
+static int admit(struct ent *e, const struct pd_attach_hello *h, const struct ucred *cred)
+{
+	struct pd_agents *ag = e->ag;
+	struct pd_attach_ack ack;
+	int fds[PD_ATTACH_NFDS];
+	int rc;
+
+	rc = pd_layout_rings_reset(ag->o.shm, e->id - 1);
+	if (rc == 0)
+		rc = pd_layout_rings(ag->o.shm, e->id - 1, &e->sq, &e->cq);
+	if (rc < 0)
+		return rc;
+	e->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->bell < 0)
+		return -errno;
+	pd_attach_ack_init(&ack, 0);
+	ack.agent_id = e->id;
+	ack.epoch = ag->o.epoch;
+	ack.segment_size = ag->o.shm->seg.len;
+	fds[0] = ag->o.shm->seg.fd;
+	fds[1] = e->bell;
+	fds[2] = ag->bell;
+	fill_slot(e, h, cred);
+	return pd_attach_send_ack(e->fd, &ack, fds);
+}
+
+static void on_hello(struct ent *e)
+{
+	struct pd_agents *ag = e->ag;
+	struct pd_attach_hello h;
+	struct ucred cred;
+	int rc = pd_attach_conn_read(&e->conn, &h);
+
+	if (rc == -EAGAIN)
+		return;
+	if (rc == 0)
+		rc = hello_ok(e, &h, &cred);
+	if (rc == 0)
+		rc = admit(e, &h, &cred);
+	if (rc < 0) {
+		PD_LOG_RL(WARN, ctl, "attach refused: %s", pd_strerror(rc));
+		if (rc == -EPROTO || rc == -EACCES)
+			refuse(e->fd, rc);
+		detach(e, 0);
+		return;
+	}
+	e->state = E_ATTACHED;
+	ag->nattached++;
+	PD_LOG(INFO, ctl, "agent %u attached (pid %d, rank %u)", e->id, cred.pid, h.tp_rank);
+	ag->o.ops->on_attach(ag->o.ctx, e->id, &ag->o.shm->agents->slot[e->id - 1]);
+}
+
+/* After the handshake the socket only tells us the agent is gone. */
+static void on_conn(void *ctx, uint32_t events)
+{
+	struct ent *e = ctx;
+	char b[64];
+	ssize_t n;
+
+	if (e->state == E_HELLO) {
+		on_hello(e);
+		return;
+	}
+	n = read(e->fd, b, sizeof(b));
+	if (n == 0 || (n < 0 && errno != EAGAIN) || (events & (EPOLLHUP | EPOLLERR)))
+		detach(e, 1);
+	else if (n > 0)
+		detach(e, 1); /* agents send nothing after hello */
+}
+
+static struct ent *free_ent(struct pd_agents *ag)
+{
+	for (uint32_t i = 0; i < ag->max; i++)
+		if (ag->ent[i].state == E_FREE)
+			return &ag->ent[i];
+	return NULL;
+}
+
+static void on_accept(void *ctx, uint32_t events)
+{
+	struct pd_agents *ag = ctx;
+	struct ent *e;
+	int fd;
+
+	(void)events;
+	while ((fd = accept4(ag->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+		e = free_ent(ag);
+		if (!e) {
+			refuse(fd, -EBUSY);
+			(void)close(fd);
+			continue;
+		}
+		e->fd = fd;
+		e->state = E_HELLO;
+		pd_attach_conn_init(&e->conn, fd);
+		if (pd_loop_add(ag->o.loop, fd, EPOLLIN | EPOLLRDHUP, on_conn, e) < 0) {
+			(void)close(fd);
+			e->state = E_FREE;
+		}
+	}
+}
+
+/* ---- rings --------------------------------------------------------------------------- */
+
+/* One op (a PUT with its chunks) from e's ring. 1 done, 0 ring empty, -EPROTO. */
+static int take_one(struct ent *e)
+{
+	struct pd_agents *ag = e->ag;
+	struct pd_agent_slot *s = &ag->o.shm->agents->slot[e->id - 1];
+	uint32_t n = 0;
+	int rc = pd_ring_dequeue_burst_sc(&e->sq, ag->buf, 1);
+
+	if (rc <= 0)
+		return rc;
+	if (ag->buf[0].op == PD_SQ_PUT) {
+		n = ag->buf[0].u.put.n;
+		/* The agent enqueues a PUT whole: its chunks are all there. */
+		if (n >= BUF_ENTRIES ||
+		    (n && pd_ring_dequeue_bulk_sc(&e->sq, ag->buf + 1, n) != (int)n))
+			return -EPROTO;
+	}
+	pd_stat_add(&s->submitted, 1 + n);
+	rc = ag->o.ops->on_sqes(ag->o.ctx, e->id, ag->buf, 1 + n);
+	if (rc < 0)
+		pd_stat_add(&s->bad, 1 + n);
+	return rc < 0 ? rc : 1;
+}
+
+/* @return 1 when entries may remain (come back soon). */
+static int drain(struct ent *e)
+{
+	for (uint32_t i = 0; i < OPS_PER_TURN; i++) {
+		int rc = take_one(e);
+
+		if (rc == 0)
+			return 0;
+		if (rc < 0) {
+			PD_LOG_RL(WARN, ctl, "agent %u: bad submission: kicked", e->id);
+			detach(e, 1);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static void flush(struct ent *e)
+{
+	struct pd_agent_slot *s = &e->ag->o.shm->agents->slot[e->id - 1];
+	struct pending *p;
+	int sent = 0;
+
+	while ((p = STAILQ_FIRST(&e->pend)) && pd_ring_enqueue_bulk_sp(&e->cq, &p->c, 1) == 1) {
+		STAILQ_REMOVE_HEAD(&e->pend, link);
+		e->npend--;
+		free(p);
+		sent++;
+	}
+	pd_stat_add(&s->completed, (uint64_t)sent);
+	if (sent && pd_ring_needs_wakeup(&e->cq))
+		ring_bell(e->bell);
+}
+
+int pd_agents_complete(struct pd_agents *ag, uint32_t id, const struct pd_cqe *c)
+{
+	struct pending *p;
+	struct ent *e;
+
+	if (!ag || id < 1 || id > ag->max || ag->ent[id - 1].state != E_ATTACHED)
+		return -ENOENT;
+	e = &ag->ent[id - 1];
+	if (e->npend >= MAX_PENDING)
+		return -ENOMEM; /* the agent stopped reading its events */
+	p = malloc(sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->c = *c;
+	STAILQ_INSERT_TAIL(&e->pend, p, link);
+	e->npend++;
+	flush(e);
+	return 0;
+}
+
+/* Raise every submission ring's flag; 0 when all are still empty. */
+static int arm(struct pd_agents *ag)
+{
+	int busy = 0;
+
+	for (uint32_t i = 0; i < ag->max; i++)
+		if (ag->ent[i].state == E_ATTACHED && !pd_ring_sleep_prepare(&ag->ent[i].sq))
+			busy = 1;
+	return busy;
+}
+
+void pd_agents_before_sleep(struct pd_agents *ag)
+{
+	int busy = 0;
+
+	for (uint32_t i = 0; i < ag->max; i++) {
+		struct ent *e = &ag->ent[i];
+
+		if (e->state != E_ATTACHED)
+			continue;
+		busy |= drain(e);
+		if (e->state == E_ATTACHED)
+			flush(e);
+	}
+	if (busy || arm(ag))
+		ring_bell(ag->bell); /* work left: do not sleep */
+}
+
+static void on_bell(void *ctx, uint32_t events)
+{
+	struct pd_agents *ag = ctx;
+
+	(void)events;
+	drain_bell(ag->bell);
+	for (uint32_t i = 0; i < ag->max; i++)
+		if (ag->ent[i].state == E_ATTACHED)
+			pd_ring_sleep_done(&ag->ent[i].sq);
+}
+
+void pd_agents_tick(struct pd_agents *ag, uint64_t now_ns)
+{
+	for (uint32_t i = 0; ag && i < ag->max; i++) {
+		struct ent *e = &ag->ent[i];
+
+		if (e->state == E_HELLO && pd_attach_conn_expired(&e->conn, now_ns,
+								  HELLO_TIMEOUT_NS))
+			detach(e, 0);
+		else if (e->state == E_ATTACHED && e->npend)
+			flush(e);
+	}
+}
+
+/* ---- lifetime ------------------------------------------------------------------------- */
+
+int pd_agents_create(const struct pd_agents_opts *o, struct pd_agents **out, char *err,
+		     size_t errlen)
+{
+	struct pd_agents *ag;
+	int rc;
+
+	if (!o || !o->shm || !o->loop || !o->sock_path || !o->ops || !o->ops->on_sqes ||
+	    !o->ops->on_attach || !o->ops->on_detach || !out ||
+	    strlen(o->sock_path) >= sizeof(ag->path))
+		return -EINVAL;
+	ag = calloc(1, sizeof(*ag));
+	if (!ag)
+		return -ENOMEM;
+	ag->o = *o;
+	ag->max = o->shm->max_agents;
+	ag->lfd = ag->bell = -1;
+	memcpy(ag->path, o->sock_path, strlen(o->sock_path) + 1);
+	for (uint32_t i = 0; i < PD_MAX_AGENTS; i++) {
+		ag->ent[i] = (struct ent){ .ag = ag, .id = i + 1, .fd = -1, .bell = -1 };
+		STAILQ_INIT(&ag->ent[i].pend);
+	}
+	ag->buf = calloc(BUF_ENTRIES, sizeof(*ag->buf));
+	ag->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	rc = !ag->buf ? -ENOMEM : ag->bell < 0 ? -errno : 0;
+	if (rc == 0)
+		rc = pd_attach_listen(ag->path, o->mode ? o->mode : 0660, o->group, &ag->lfd, err,
+				      errlen);
+	if (rc == 0)
+		rc = pd_loop_add(o->loop, ag->lfd, EPOLLIN, on_accept, ag);
+	if (rc == 0)
+		rc = pd_loop_add(o->loop, ag->bell, EPOLLIN, on_bell, ag);
+	if (rc < 0) {
+		pd_agents_destroy(ag);
+		return rc;
+	}
+	*out = ag;
+	return 0;
+}
+
+void pd_agents_destroy(struct pd_agents *ag)
+{
+	if (!ag)
+		return;
+	for (uint32_t i = 0; i < ag->max; i++)
+		detach(&ag->ent[i], 0);
+	if (ag->lfd >= 0) {
+		pd_loop_del(ag->o.loop, ag->lfd);
+		pd_attach_unlisten(ag->lfd, ag->path);
+	}
+	if (ag->bell >= 0) {
+		pd_loop_del(ag->o.loop, ag->bell);
+		(void)close(ag->bell);
+	}
+	free(ag->buf);
+	free(ag);
+}
