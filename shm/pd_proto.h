@@ -79,7 +79,8 @@ struct pd_cqe {
 	uint32_t chunks;
 	uint8_t  req_id_len;
 	uint8_t  req_id[PD_REQ_ID_MAX];
-	uint8_t  _rsvd[100];
+	uint64_t req_tag;           /* PD_CQ_RECV: the tag the recv index carries for it */
+	uint8_t  _rsvd[92];
 };
 _Static_assert(sizeof(struct pd_cqe) == 256, "completion entry ABI");
 

@@ -130,6 +130,11 @@ struct pd_pool_who {
 	int32_t  pid;
 	uint64_t tag;
 	uint32_t state;
+	/* Optional: called (without the pool lock) at least every
+	 * PD_POOL_SLICE_MS while waiting; a negative return (e.g. -ENOTCONN:
+	 * the broker is gone) ends the wait with that error. */
+	int (*check)(void *ctx);
+	void *check_ctx;
 };
 
 /* Region bytes for nslots; -EINVAL for 0 or more than PD_POOL_MAX_SLOTS. */

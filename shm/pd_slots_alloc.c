@@ -282,6 +282,21 @@ static int wait_slice(struct pd_pool *p, uint64_t deadline_ns)
 	return rc > 0 ? 0 : rc;
 }
 
+/* The caller's check, run without the pool lock (it may make a syscall). */
+static int still_wanted(struct pd_pool *p, const struct pd_pool_who *who)
+{
+	int rc, lrc;
+
+	if (!who->check)
+		return 0;
+	pd_mutex_unlock(&p->shm->lock);
+	rc = who->check(who->check_ctx);
+	lrc = pd_pool_lock(p, who->owner, pd_deadline_ms(PD_POOL_LOCK_MS));
+	if (lrc < 0)
+		return lrc == -ENOTRECOVERABLE ? lrc : -ENOLCK; /* lock lost */
+	return rc < 0 ? rc : 0;
+}
+
 static int wait_and_take(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 			 uint64_t deadline_ns, pd_slot_ref *out)
 {
@@ -311,6 +326,10 @@ static int wait_and_take(struct pd_pool *p, const struct pd_pool_who *who, uint3
 		if (pd_sync_lost(rc))
 			return rc; /* mutex not held: leave the entry to repair */
 		set_holder(s, who->owner);
+		if (rc == 0)
+			rc = still_wanted(p, who);
+		if (pd_sync_lost(rc))
+			return rc;
 		if (rc < 0 && rc != -ETIMEDOUT)
 			break;
 	}

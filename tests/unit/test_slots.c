@@ -252,6 +252,33 @@ static void test_waiters_full(void **state)
 
 /* ---- functional ------------------------------------------------------------- */
 
+static int gone_after_two(void *ctx)
+{
+	uint32_t *calls = ctx;
+
+	return ++*calls >= 2 ? -ENOTCONN : 0;
+}
+
+/* The caller's check ends a wait early with its error (the broker died). */
+static void test_wait_ends_when_check_fails(void **state)
+{
+	struct fx *f = *state;
+	struct pd_pool_who who = who_of(2, 2);
+	pd_slot_ref r[8];
+	uint32_t calls = 0;
+	uint64_t t0;
+
+	alloc_ok(f, 1, f->nslots, r);
+	who.check = gone_after_two;
+	who.check_ctx = &calls;
+	t0 = pd_now_ns();
+	assert_int_equal(pd_pool_alloc(&f->p, &who, 1, pd_deadline_ms(10000), r), -ENOTCONN);
+	assert_int_equal(calls, 2);
+	assert_true(pd_now_ns() - t0 < 2 * PD_NS_PER_S);
+	assert_int_equal(nwaiters(&f->p), 0);
+	assert_int_equal(pd_pool_free(&f->p, r, f->nslots), 0);
+}
+
 static void test_alloc_descriptors(void **state)
 {
 	struct fx *f = *state;
@@ -433,6 +460,7 @@ int main(void)
 		POOL_TEST(test_alloc_exhaustion, 8),
 		POOL_TEST(test_free_negative, 8),
 		POOL_TEST(test_waiters_full, 8),
+		POOL_TEST(test_wait_ends_when_check_fails, 8),
 		POOL_TEST(test_alloc_descriptors, 8),
 		POOL_TEST(test_gen_reuse, 8),
 		POOL_TEST(test_data_layout, 8),
