@@ -80,7 +80,7 @@ struct pd_cqe {
 	uint8_t  req_id_len;
 	uint8_t  req_id[PD_REQ_ID_MAX];
 	uint64_t req_tag;           /* PD_CQ_RECV: the tag the recv index carries for it */
-	uint8_t  _rsvd[92];
+	uint8_t  _rsvd[88];
 };
 _Static_assert(sizeof(struct pd_cqe) == 256, "completion entry ABI");
 
