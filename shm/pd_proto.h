@@ -17,7 +17,8 @@
 
 #include <pdkv/types.h>
 
-#define PD_ENDPOINT_MAX 127u  /* "tcp://[v6 address]:port" */
+#define PD_ENDPOINT_MAX   127u  /* "tcp://[v6 address]:port" */
+#define PD_PUT_MAX_CHUNKS 4096u /* chunks in one PUT (one AllocRequest) */
 
 /* Submission ops. */
 #define PD_SQ_PUT          1u /* header; put.n PD_SQ_CHUNK entries follow */

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/* libpdagent: submissions, and the completion ring shared by waiting threads. */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pd_agent_int.h"
+#include "pd_time.h"
+
+int ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id)
+{
+	size_t n = req_id ? strnlen(req_id, PD_REQ_ID_MAX + 1) : 0;
+
+	if (n == 0 || n > PD_REQ_ID_MAX)
+		return -EINVAL;
+	memcpy(dst, req_id, n);
+	*dst_len = (uint8_t)n;
+	return 0;
+}
+
+/* Enqueue n entries at once; sq_lock held. */
+int ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n)
+{
+	uint64_t one = 1;
+	int rc;
+
+	if (atomic_load(&a->gone))
+		return -ENOTCONN;
+	rc = pd_ring_enqueue_bulk_sp(&a->sq, e, n);
+	if (rc > 0 && pd_ring_needs_wakeup(&a->sq))
+		(void)!write(a->bell_out, &one, sizeof(one));
+	if (rc < 0)
+		return -EPROTO;
+	return rc == 0 ? -EAGAIN : 0;
+}
+
+int ag_submit(struct pd_agent *a, const struct pd_sqe *e, uint32_t n)
+{
+	int rc;
+
+	(void)pthread_mutex_lock(&a->sq_lock);
+	rc = ag_submit_locked(a, e, n);
+	(void)pthread_mutex_unlock(&a->sq_lock);
+	return rc;
+}
+
+/* ---- cancels ----------------------------------------------------------------- */
+
+int ag_is_cancelled(struct pd_agent *a, uint64_t tag)
+{
+	int hit = 0;
+
+	(void)pthread_mutex_lock(&a->lock);
+	for (uint32_t i = 0; i < a->ncancelled && i < AG_MAX_CANCELLED; i++)
+		hit |= a->cancelled[i] == tag;
+	(void)pthread_mutex_unlock(&a->lock);
+	return hit;
+}
+
+void ag_mark_cancelled(struct pd_agent *a, uint64_t tag)
+{
+	(void)pthread_mutex_lock(&a->lock);
+	a->cancelled[a->ncancelled++ % AG_MAX_CANCELLED] = tag;
+	(void)pthread_mutex_unlock(&a->lock);
+}
+
+/* ---- completions --------------------------------------------------------------- */
+
+/* File one completion (lock held). */
+static void file(struct pd_agent *a, const struct pd_cqe *c)
+{
+	if (c->type == PD_CQ_PUT_DONE || c->type == PD_CQ_PUT_FAILED) {
+		if (a->ev_count < AG_MAX_EVENTS) {
+			a->events[(a->ev_head + a->ev_count) % AG_MAX_EVENTS] = *c;
+			a->ev_count++;
+		} else {
+			ag_log(a, 2, "event queue full: event for request dropped");
+		}
+	} else if (a->nmail < AG_MAX_MAIL) {
+		a->mail[a->nmail++] = *c;
+	}
+}
+
+/* Sleep until the broker rings or timeout_ms passes; notices its death. */
+static void doze(struct pd_agent *a, uint32_t timeout_ms)
+{
+	struct pollfd p[2] = { { .fd = a->bell_in, .events = POLLIN },
+			       { .fd = a->sock, .events = POLLIN | POLLRDHUP } };
+	uint64_t v;
+
+	if (!pd_ring_sleep_prepare(&a->cq))
+		return;
+	if (poll(p, 2, (int)timeout_ms) > 0) {
+		if (p[0].revents & POLLIN)
+			(void)!read(a->bell_in, &v, sizeof(v));
+		if (p[1].revents)
+			(void)ag_check_broker(a);
+	}
+	pd_ring_sleep_done(&a->cq);
+}
+
+/* Become the reader for one round: drain the ring, or doze. Lock held on
+ * entry and exit. */
+static void read_round(struct pd_agent *a, uint32_t timeout_ms)
+{
+	struct pd_cqe c[16];
+	int n;
+
+	a->reader = 1;
+	(void)pthread_mutex_unlock(&a->lock);
+	n = pd_ring_dequeue_burst_sc(&a->cq, c, 16);
+	if (n == 0)
+		doze(a, timeout_ms);
+	(void)pthread_mutex_lock(&a->lock);
+	if (n < 0)
+		atomic_store(&a->gone, 1); /* a corrupt ring: treat the broker as gone */
+	for (int i = 0; i < n; i++)
+		file(a, &c[i]);
+	a->reader = 0;
+	(void)pthread_cond_broadcast(&a->cond);
+}
+
+static void wait_turn(struct pd_agent *a, uint64_t deadline)
+{
+	uint64_t now = pd_now_ns(), slice = now + AG_SLICE_MS * PD_NS_PER_MS;
+	uint64_t until = slice < deadline ? slice : deadline;
+
+	if (!a->reader) {
+		read_round(a, (uint32_t)((until > now ? until - now : 0) / PD_NS_PER_MS));
+	} else {
+		struct timespec ts = pd_ns_to_ts(until);
+
+		(void)pthread_cond_timedwait(&a->cond, &a->lock, &ts);
+	}
+}
+
+/* Wait until pick() finds a completion (lock held while it looks). */
+static int wait_for(struct pd_agent *a, int (*pick)(struct pd_agent *, uint64_t, struct pd_cqe *),
+		    uint64_t key, struct pd_cqe *out, uint32_t timeout_ms)
+{
+	uint64_t deadline = pd_deadline_ms(timeout_ms);
+	int rc;
+
+	(void)pthread_mutex_lock(&a->lock);
+	for (;;) {
+		if (pick(a, key, out)) {
+			rc = 0;
+			break;
+		}
+		if (atomic_load(&a->gone)) {
+			rc = -ENOTCONN;
+			break;
+		}
+		if (pd_now_ns() >= deadline) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		wait_turn(a, deadline);
+	}
+	(void)pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+static int pick_event(struct pd_agent *a, uint64_t key, struct pd_cqe *out)
+{
+	(void)key;
+	if (!a->ev_count)
+		return 0;
+	*out = a->events[a->ev_head];
+	a->ev_head = (a->ev_head + 1) % AG_MAX_EVENTS;
+	a->ev_count--;
+	return 1;
+}
+
+static int pick_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out)
+{
+	for (uint32_t i = 0; i < a->nmail; i++) {
+		if (a->mail[i].user != user)
+			continue;
+		*out = a->mail[i];
+		a->mail[i] = a->mail[--a->nmail];
+		return 1;
+	}
+	return 0;
+}
+
+int ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms)
+{
+	return wait_for(a, pick_event, 0, out, timeout_ms);
+}
+
+int ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms)
+{
+	return wait_for(a, pick_mail, user, out, timeout_ms);
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_AGENT_PD_AGENT_INT_H
+#define PD_AGENT_PD_AGENT_INT_H
+
+/* libpdagent internals, shared by the agent library sources only. */
+#include <pthread.h>
+#include <stdint.h>
+
+#include <pdkv/agent.h>
+
+#include "pd_layout.h"
+
+#define AG_MAX_EVENTS    4096u /* completions waiting for pd_next_event() */
+#define AG_MAX_MAIL      256u  /* answers waiting for their caller */
+#define AG_MAX_CANCELLED 64u   /* remembered cancels (refuse later allocs) */
+#define AG_SLICE_MS      100u  /* waits re-check the broker at least this often */
+
+struct ag_pin {
+	uint64_t req_tag;
+	uint8_t klen;
+	uint8_t key[PD_KEY_MAX];
+};
+
+struct pd_agent {
+	struct pd_shm shm;
+	int sock;                    /* to the broker: its closing is the broker's death */
+	int bell_in;                 /* the broker rings it: completions */
+	int bell_out;                /* we ring it: submissions */
+	uint32_t id;
+	uint64_t epoch;
+	struct pd_ring_view sq, cq;
+	_Atomic int gone;            /* the broker is gone: everything fails -ENOTCONN */
+
+	pthread_mutex_t sq_lock;     /* one producer at a time */
+	struct pd_sqe *sqbuf;        /* a PUT being built (under sq_lock) */
+	uint32_t sqbuf_cap;
+
+	pthread_mutex_t lock;        /* everything below */
+	pthread_cond_t cond;         /* a completion was filed */
+	int reader;                  /* a thread is reading the completion ring */
+	struct pd_cqe *events;       /* PUT_DONE / PUT_FAILED, FIFO */
+	uint32_t ev_head, ev_count;
+	struct pd_cqe mail[AG_MAX_MAIL]; /* answers, found by user */
+	uint32_t nmail;
+	uint64_t next_user;
+	uint64_t cancelled[AG_MAX_CANCELLED]; /* request tags */
+	uint32_t ncancelled;
+	struct ag_pin *pins;
+	uint32_t npins, pins_cap;
+
+	pd_agent_log_fn *log;
+	void *log_ctx;
+};
+
+/* pd_agent.c */
+int ag_check_broker(void *ctx);
+uint64_t ag_tag(const void *req_id, uint32_t len);
+void ag_log(struct pd_agent *a, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* pd_agent_cq.c */
+int ag_submit(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
+int ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
+int ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms);
+int ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms);
+int ag_is_cancelled(struct pd_agent *a, uint64_t tag);
+void ag_mark_cancelled(struct pd_agent *a, uint64_t tag);
+int ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id);
+
+#endif

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/* libpdagent, send side: loans, batches, cancels, events. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pd_agent_int.h"
+#include "pd_time.h"
+
+static int send_side(const struct pd_agent *a)
+{
+	return a && a->shm.has_send;
+}
+
+int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *slots,
+	     uint32_t timeout_ms)
+{
+	size_t len = req_id ? strnlen(req_id, PD_REQ_ID_MAX + 1) : 0;
+	struct pd_pool_who who;
+	int rc;
+
+	if (!send_side(a) || !slots || n == 0 || len == 0 || len > PD_REQ_ID_MAX)
+		return -EINVAL;
+	if (ag_check_broker(a) < 0)
+		return -ENOTCONN;
+	who = (struct pd_pool_who){ .owner = a->id, .pid = (int32_t)getpid(),
+				    .tag = ag_tag(req_id, (uint32_t)len), .state = PD_SLOT_LOANED,
+				    .check = ag_check_broker, .check_ctx = a };
+	if (ag_is_cancelled(a, who.tag))
+		return -ECANCELED;
+	/* A deadline, never 0: 0 would mean "do not wait" and -ENOBUFS. */
+	rc = pd_pool_alloc(&a->shm.send, &who, n, pd_deadline_ms(timeout_ms) | 1, slots);
+	if (rc == 0 && ag_is_cancelled(a, who.tag)) {
+		(void)pd_pool_free(&a->shm.send, slots, n); /* cancelled meanwhile */
+		rc = -ECANCELED;
+	}
+	return rc == -ENOBUFS ? -ETIMEDOUT : rc;
+}
+
+/* Loaned to this agent, at the generation the caller holds. */
+static int loaned(struct pd_agent *a, pd_slot_ref ref)
+{
+	struct pd_slot_desc d;
+
+	return pd_pool_desc_get(&a->shm.send, PD_SLOT_REF_IDX(ref), &d) == 0 &&
+	       d.gen == PD_SLOT_REF_GEN(ref) && d.owner == a->id &&
+	       atomic_load_explicit(&d.state, memory_order_relaxed) == PD_SLOT_LOANED;
+}
+
+void *pd_slot_data(struct pd_agent *a, pd_slot_ref slot)
+{
+	return send_side(a) && loaned(a, slot) ? pd_pool_data(&a->shm.send, slot) : NULL;
+}
+
+int pd_slot_release(struct pd_agent *a, const pd_slot_ref *slots, uint32_t n)
+{
+	if (!send_side(a) || (n && !slots))
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (!loaned(a, slots[i]))
+			return -ESTALE;
+	return pd_pool_free(&a->shm.send, slots, n);
+}
+
+/* ---- pd_put -------------------------------------------------------------------- */
+
+static int batch_ok(struct pd_agent *a, const struct pd_batch *b)
+{
+	size_t ep = b->endpoint ? strnlen(b->endpoint, PD_ENDPOINT_MAX + 1) : 0;
+
+	if (ep == 0 || ep > PD_ENDPOINT_MAX || (b->n && !b->chunks) || b->world_size == 0 ||
+	    b->rank >= b->world_size || b->n > b->total_chunks || (b->n == 0 && !b->last) ||
+	    b->n > PD_PUT_MAX_CHUNKS || b->n + 1 > a->shm.sq_entries)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->n; i++) {
+		const struct pd_chunk *c = &b->chunks[i];
+
+		if (!c->key || c->klen == 0 || c->klen > PD_KEY_MAX ||
+		    c->len > a->shm.send.slot_size)
+			return -EINVAL;
+		if (!loaned(a, c->slot))
+			return -ESTALE;
+	}
+	return 0;
+}
+
+static int grow_buf(struct pd_agent *a, uint32_t n)
+{
+	struct pd_sqe *p;
+
+	if (a->sqbuf_cap >= n)
+		return 0;
+	p = realloc(a->sqbuf, n * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	a->sqbuf = p;
+	a->sqbuf_cap = n;
+	return 0;
+}
+
+static void fill_put(struct pd_sqe *e, const struct pd_batch *b)
+{
+	struct pd_sqe_put *p = &e[0].u.put;
+
+	memset(e, 0, (b->n + 1) * sizeof(*e));
+	e[0].op = PD_SQ_PUT;
+	*p = (struct pd_sqe_put){ .n = b->n, .total_chunks = b->total_chunks,
+				  .world_size = b->world_size, .rank = b->rank,
+				  .last = b->last ? 1 : 0 };
+	(void)ag_req_copy(p->req_id, &p->req_id_len, b->req_id);
+	p->endpoint_len = (uint8_t)strlen(b->endpoint);
+	memcpy(p->endpoint, b->endpoint, p->endpoint_len);
+	for (uint32_t i = 0; i < b->n; i++) {
+		struct pd_sqe_chunk *c = &e[i + 1].u.chunk;
+
+		e[i + 1].op = PD_SQ_CHUNK;
+		c->slot = b->chunks[i].slot;
+		c->len = b->chunks[i].len;
+		c->klen = b->chunks[i].klen;
+		memcpy(c->key, b->chunks[i].key, c->klen);
+	}
+}
+
+int pd_put(struct pd_agent *a, const struct pd_batch *b)
+{
+	uint8_t tmp[PD_REQ_ID_MAX], tlen;
+	int rc;
+
+	if (!send_side(a) || !b || ag_req_copy(tmp, &tlen, b->req_id) < 0)
+		return -EINVAL;
+	rc = batch_ok(a, b);
+	if (rc < 0)
+		return rc;
+	if (ag_check_broker(a) < 0)
+		return -ENOTCONN;
+	/* Built and submitted under sq_lock: one producer at a time. */
+	(void)pthread_mutex_lock(&a->sq_lock);
+	rc = grow_buf(a, b->n + 1);
+	if (rc == 0) {
+		fill_put(a->sqbuf, b);
+		rc = ag_submit_locked(a, a->sqbuf, b->n + 1);
+	}
+	(void)pthread_mutex_unlock(&a->sq_lock);
+	return rc;
+}
+
+int pd_cancel(struct pd_agent *a, const char *req_id)
+{
+	struct pd_sqe e = { .op = PD_SQ_CANCEL };
+	uint64_t deadline = pd_deadline_ms(1000);
+	int rc;
+
+	if (!a || ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
+		return -EINVAL;
+	ag_mark_cancelled(a, ag_tag(e.u.req.req_id, e.u.req.req_id_len));
+	if (a->shm.has_send)
+		(void)pd_pool_cancel(&a->shm.send, ag_tag(e.u.req.req_id, e.u.req.req_id_len));
+	/* A cancel must reach the broker: wait (bounded) for ring room. */
+	while ((rc = ag_submit(a, &e, 1)) == -EAGAIN && pd_now_ns() < deadline)
+		(void)usleep(1000);
+	return rc;
+}
+
+int pd_next_event(struct pd_agent *a, struct pd_event *ev, uint32_t timeout_ms)
+{
+	struct pd_cqe c;
+	int rc;
+
+	if (!a || !ev)
+		return -EINVAL;
+	rc = ag_wait_event(a, &c, timeout_ms);
+	if (rc < 0)
+		return rc;
+	memset(ev, 0, sizeof(*ev));
+	ev->type = c.type == PD_CQ_PUT_DONE ? PD_EV_PUT_DONE : PD_EV_PUT_FAILED;
+	ev->status = c.status;
+	ev->chunks = c.chunks;
+	ev->bytes = c.bytes;
+	memcpy(ev->req_id, c.req_id, c.req_id_len < sizeof(ev->req_id) ? c.req_id_len : 0);
+	return 0;
+}
