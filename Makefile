@@ -46,7 +46,7 @@ ifeq ($(CI),true)
   WARN += -Werror
 endif
 
-CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm -Ibroker -Itests/support
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm -Ibroker -Iagent -Itests/support
 CFLAGS_ALL = -std=c11 $(OPT) -fPIC $(WARN) $(SANFLAGS) $(PC_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
 LDLIBS_ALL = $(PC_LIBS_CORE) -lpthread $(LDLIBS)
@@ -65,6 +65,7 @@ LIBBROKER  := $(B)/libpdbroker.a
 AGENT_SRC := $(wildcard agent/*.c)
 AGENT_OBJ := $(AGENT_SRC:%.c=$(B)/%.o)
 LIBAGENT  := $(B)/libpdagent.so
+LIBAGENT_A := $(B)/libpdagent.a   # the same objects, for tests
 AGENT_MAP := agent/libpdagent.map
 
 BINS :=
@@ -124,13 +125,17 @@ $(LIBBROKER): $(BROKER_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+$(LIBAGENT_A): $(AGENT_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
 $(LIBAGENT): $(AGENT_OBJ) $(LIBCORE) $(AGENT_MAP)
 	$(CC) -shared -o $@ -Wl,--version-script=$(AGENT_MAP) -Wl,-soname,libpdagent.so.0 \
 		$(AGENT_OBJ) -Wl,--whole-archive $(LIBCORE) -Wl,--no-whole-archive \
 		$(LDFLAGS_ALL) $(LDLIBS_ALL)
 
-$(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE)
-	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) \
+$(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) \
 		$(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
 $(B)/tests/tsan/%: $(B)/tests/tsan/%.o $(SUPPORT_OBJ) $(LIBCORE)

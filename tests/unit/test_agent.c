@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libpdagent against the broker's agent module, across real processes: a
+ * minimal broker (segment, loop, agents; batches checked and completed at
+ * once) runs in a child; the test process is the agent.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <pdkv/agent.h>
+
+#include "pd_agents.h"
+#include "pd_test.h"
+#include "pd_time.h"
+
+#define SLOTS 8u
+#define SLOT  4096u
+
+struct shared {                 /* between the broker child and the test */
+	_Atomic uint32_t ready, stop, attached, detached, puts, cancels, bad;
+};
+
+struct fx {
+	char dir[64], name[64];
+	struct shared *x;
+	pid_t broker;
+};
+
+struct harness {
+	struct pd_shm shm;
+	struct pd_loop *loop;
+	struct pd_agents *ag;
+	struct shared *x;
+};
+
+/* ---- the broker child ---------------------------------------------------------- */
+
+static int check_put(struct harness *h, const struct pd_sqe *e, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++) {
+		const struct pd_sqe_chunk *c = &e[i].u.chunk;
+		const uint8_t *d = pd_pool_data(&h->shm.send, c->slot);
+
+		if (e[i].op != PD_SQ_CHUNK || !d || c->len > SLOT)
+			return -EPROTO;
+		for (uint32_t k = 0; k < c->len; k++)
+			if (d[k] != (uint8_t)(i + k))
+				return -EPROTO;
+		if (pd_pool_set_state(&h->shm.send, &c->slot, 1, 0, PD_SLOT_QUEUED) < 0 ||
+		    pd_pool_free(&h->shm.send, &c->slot, 1) < 0)
+			return -EPROTO;
+	}
+	return 0;
+}
+
+static int on_sqes(void *ctx, uint32_t id, const struct pd_sqe *e, uint32_t n)
+{
+	struct harness *h = ctx;
+	struct pd_cqe c = { .type = PD_CQ_PUT_DONE, .user = e->user, .chunks = n - 1 };
+
+	if (e->op == PD_SQ_CANCEL) {
+		h->x->cancels++;
+		return 0;
+	}
+	if (e->op != PD_SQ_PUT || check_put(h, e, n) < 0) {
+		h->x->bad++;
+		return -EPROTO;
+	}
+	h->x->puts++;
+	c.req_id_len = e->u.put.req_id_len;
+	memcpy(c.req_id, e->u.put.req_id, c.req_id_len);
+	return pd_agents_complete(h->ag, id, &c) < 0 ? -EPROTO : 0;
+}
+
+static void on_attach(void *ctx, uint32_t id, const struct pd_agent_slot *s)
+{
+	(void)id, (void)s;
+	((struct harness *)ctx)->x->attached++;
+}
+
+static void on_detach(void *ctx, uint32_t id)
+{
+	struct harness *h = ctx;
+
+	(void)pd_pool_reclaim(&h->shm.send, id);
+	h->x->detached++;
+}
+
+static const struct pd_agents_ops hops = {
+	.on_sqes = on_sqes, .on_attach = on_attach, .on_detach = on_detach,
+};
+
+static void h_before(void *ctx)
+{
+	pd_agents_before_sleep(((struct harness *)ctx)->ag);
+}
+
+static void h_tick(void *ctx)
+{
+	struct harness *h = ctx;
+
+	pd_agents_tick(h->ag, pd_now_ns());
+	if (h->x->stop)
+		pd_loop_stop(h->loop);
+}
+
+static int harness_setup(struct harness *h, const struct fx *f)
+{
+	struct pd_layout_opts lo = { .name = f->name, .send_slots = SLOTS, .recv_slots = SLOTS,
+				     .slot_size = SLOT, .max_agents = 4, .sq_entries = 64,
+				     .cq_entries = 32, .epoch = 1 };
+	struct pd_loop_opts o = { .tick_ns = 20 * PD_NS_PER_MS, .on_tick = h_tick,
+				  .before_sleep = h_before, .ctx = h };
+	struct pd_agents_opts ao = { .loop = NULL, .ops = &hops, .ctx = h, .epoch = 1,
+				     .group = (gid_t)-1 };
+	char path[160];
+
+	(void)snprintf(path, sizeof(path), "%s/%s.sock", f->dir, f->name);
+	if (pd_layout_create(&lo, &h->shm, NULL, 0) < 0 || pd_loop_create(&o, &h->loop) < 0)
+		return -1;
+	ao.shm = &h->shm;
+	ao.loop = h->loop;
+	ao.sock_path = path;
+	if (pd_agents_create(&ao, &h->ag, NULL, 0) < 0)
+		return -1;
+	pd_segment_publish(&h->shm.seg);
+	return 0;
+}
+
+static int broker_main(void *arg)
+{
+	const struct fx *f = arg;
+	struct harness h = { .x = f->x };
+
+	if (harness_setup(&h, f) < 0)
+		return 10;
+	h.x->ready = 1;
+	if (pd_loop_run(h.loop) < 0)
+		return 11;
+	pd_agents_destroy(h.ag);
+	pd_loop_destroy(h.loop);
+	pd_layout_close(&h.shm);
+	return 0;
+}
+
+/* ---- fixture ---------------------------------------------------------------------- */
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	uint64_t deadline = pd_deadline_ms(5000);
+
+	(void)snprintf(f->dir, sizeof(f->dir), "/tmp/pdkv-agent-XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	pd_test_name(f->name, sizeof(f->name), "agent");
+	f->x = pd_test_shared_alloc(sizeof(*f->x));
+	f->broker = pd_test_fork(broker_main, f);
+	while (!f->x->ready && pd_now_ns() < deadline)
+		(void)usleep(1000);
+	*state = f;
+	return f->x->ready ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	char path[160];
+
+	f->x->stop = 1;
+	if (f->broker > 0)
+		(void)pd_test_wait(f->broker, 5000);
+	(void)snprintf(path, sizeof(path), "%s/%s.sock", f->dir, f->name);
+	(void)unlink(path);
+	(void)rmdir(f->dir);
+	(void)pd_segment_unlink(f->name);
+	pd_test_shared_free(f->x, sizeof(*f->x));
+	free(f);
+	return 0;
+}
+
+static struct pd_agent *attach(struct fx *f)
+{
+	struct pd_agent_opts o;
+	struct pd_agent *a = NULL;
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = f->name;
+	o.rundir = f->dir;
+	o.attach_timeout_ms = 2000;
+	assert_int_equal(pd_agent_attach(&o, &a), 0);
+	return a;
+}
+
+static int wait_count(_Atomic uint32_t *c, uint32_t want, uint32_t ms)
+{
+	uint64_t deadline = pd_deadline_ms(ms);
+
+	while (*c < want && pd_now_ns() < deadline)
+		(void)usleep(1000);
+	return *c >= want;
+}
+
+static void fill(struct pd_agent *a, pd_slot_ref ref, uint32_t i, uint32_t len)
+{
+	uint8_t *d = pd_slot_data(a, ref);
+
+	assert_non_null(d);
+	for (uint32_t k = 0; k < len; k++)
+		d[k] = (uint8_t)(i + k);
+}
+
+/* ---- tests -------------------------------------------------------------------------- */
+
+static void test_attach_errors(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent_opts o;
+	struct pd_agent *a = NULL;
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = "no-such-broker";
+	o.rundir = f->dir;
+	o.attach_timeout_ms = 100;
+	assert_int_equal(pd_agent_attach(&o, &a), -ENOENT);
+	o.broker = f->name;
+	o.flags = 0x80;
+	assert_int_equal(pd_agent_attach(&o, &a), -EINVAL);
+	o.flags = 0;
+	o.roles = 0;
+	assert_int_equal(pd_agent_attach(&o, &a), -EINVAL);
+	assert_null(a);
+	pd_agent_detach(NULL);
+}
+
+static void test_put_validation(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	pd_slot_ref r[2];
+	struct pd_chunk c = { .len = 16, .klen = 1, .key = "k" };
+	struct pd_batch b = { .req_id = "r", .endpoint = "tcp://127.0.0.1:1", .chunks = &c,
+			      .n = 1, .total_chunks = 1, .world_size = 1, .last = 1 };
+	struct pd_batch bad;
+
+	assert_int_equal(pd_alloc(a, "r", 2, r, 1000), 0);
+	c.slot = r[0] + (1ull << 32); /* a generation that is not the loan's */
+	assert_int_equal(pd_put(a, &b), -ESTALE);
+	c.slot = r[0];
+	bad = b, bad.endpoint = "";
+	assert_int_equal(pd_put(a, &bad), -EINVAL);
+	bad = b, bad.n = 0, bad.last = 0;
+	assert_int_equal(pd_put(a, &bad), -EINVAL);
+	bad = b, bad.rank = 1;
+	assert_int_equal(pd_put(a, &bad), -EINVAL);
+	c.klen = 0;
+	assert_int_equal(pd_put(a, &b), -EINVAL);
+	c.klen = 1, c.len = SLOT + 1;
+	assert_int_equal(pd_put(a, &b), -EINVAL);
+	assert_int_equal(pd_slot_release(a, r, 2), 0);
+	assert_int_equal(pd_slot_release(a, r, 2), -ESTALE);
+	assert_int_equal(f->x->puts, 0);
+	pd_agent_detach(a);
+}
+
+static void test_put_reaches_the_broker_and_completes(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	struct pd_chunk c[2] = { { .len = 100, .klen = 2, .key = "k0" },
+				 { .len = SLOT, .klen = 2, .key = "k1" } };
+	struct pd_batch b = { .req_id = "req-1", .endpoint = "tcp://127.0.0.1:1", .chunks = c,
+			      .n = 2, .total_chunks = 2, .world_size = 1, .last = 1 };
+	struct pd_event ev;
+	pd_slot_ref r[2];
+
+	assert_int_equal(pd_slot_size(a), SLOT);
+	assert_int_equal(pd_alloc(a, "req-1", 2, r, 1000), 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		c[i].slot = r[i];
+		fill(a, r[i], i + 1, c[i].len);
+	}
+	assert_int_equal(pd_put(a, &b), 0);
+	assert_int_equal(pd_next_event(a, &ev, 5000), 0);
+	assert_int_equal(ev.type, PD_EV_PUT_DONE);
+	assert_int_equal(ev.chunks, 2);
+	assert_string_equal(ev.req_id, "req-1");
+	assert_null(pd_slot_data(a, r[0])); /* the loan ended at pd_put */
+	assert_int_equal(f->x->bad, 0);
+	assert_int_equal(pd_next_event(a, &ev, 50), -ETIMEDOUT);
+	pd_agent_detach(a);
+	assert_true(wait_count(&f->x->detached, 1, 2000));
+}
+
+static void test_alloc_times_out_and_cancel_sticks(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	pd_slot_ref r[SLOTS + 1];
+	uint64_t t0;
+
+	assert_int_equal(pd_alloc(a, "x", SLOTS + 1, r, 10), -E2BIG);
+	assert_int_equal(pd_alloc(a, "x", SLOTS, r, 1000), 0);
+	t0 = pd_now_ns();
+	assert_int_equal(pd_alloc(a, "y", 1, r + SLOTS, 100), -ETIMEDOUT);
+	assert_true(pd_now_ns() - t0 >= 100 * PD_NS_PER_MS);
+	assert_int_equal(pd_cancel(a, "z"), 0);
+	assert_int_equal(pd_alloc(a, "z", 1, r + SLOTS, 1000), -ECANCELED);
+	assert_true(wait_count(&f->x->cancels, 1, 2000));
+	pd_agent_detach(a); /* its 8 loaned slots go back */
+	a = attach(f);
+	assert_int_equal(pd_alloc(a, "w", SLOTS, r, 1000), 0);
+	pd_agent_detach(a);
+}
+
+static int agent_dies_holding(void *arg)
+{
+	struct fx *f = arg;
+	struct pd_agent_opts o;
+	struct pd_agent *a;
+	pd_slot_ref r[3];
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = f->name;
+	o.rundir = f->dir;
+	if (pd_agent_attach(&o, &a) < 0 || pd_alloc(a, "d", 3, r, 1000) < 0)
+		return 1;
+	(void)raise(SIGKILL);
+	return 2;
+}
+
+static void test_dead_agent_slots_come_back(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a;
+	pd_slot_ref r[SLOTS];
+
+	assert_int_equal(pd_test_wait(pd_test_fork(agent_dies_holding, f), 5000),
+			 128 + SIGKILL);
+	assert_true(wait_count(&f->x->detached, 1, 2000));
+	a = attach(f);
+	assert_int_equal(pd_alloc(a, "all", SLOTS, r, 1000), 0);
+	pd_agent_detach(a);
+}
+
+static int kill_later(void *arg)
+{
+	(void)usleep(300 * 1000);
+	return kill(*(pid_t *)arg, SIGKILL) == 0 ? 0 : 1;
+}
+
+static void test_broker_death_wakes_a_blocked_alloc(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	struct pd_event ev;
+	pd_slot_ref r[SLOTS + 1];
+	pid_t killer;
+	uint64_t t0;
+
+	assert_int_equal(pd_alloc(a, "x", SLOTS, r, 1000), 0);
+	killer = pd_test_fork(kill_later, &f->broker);
+	t0 = pd_now_ns();
+	assert_int_equal(pd_alloc(a, "y", 1, r + SLOTS, 10000), -ENOTCONN);
+	assert_true(pd_now_ns() - t0 < 1500 * PD_NS_PER_MS);
+	assert_int_equal(pd_test_wait(killer, 2000), 0);
+	assert_int_equal(pd_test_wait(f->broker, 2000), 128 + SIGKILL);
+	f->broker = -1;
+	assert_int_equal(pd_next_event(a, &ev, 1000), -ENOTCONN);
+	assert_int_equal(pd_cancel(a, "y"), -ENOTCONN);
+	pd_agent_detach(a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+		T(test_attach_errors),
+		T(test_put_validation),
+		T(test_put_reaches_the_broker_and_completes),
+		T(test_alloc_times_out_and_cancel_sticks),
+		T(test_dead_agent_slots_come_back),
+		T(test_broker_death_wakes_a_blocked_alloc),
+#undef T
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
