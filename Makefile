@@ -68,7 +68,8 @@ LIBAGENT  := $(B)/libpdagent.so
 LIBAGENT_A := $(B)/libpdagent.a   # the same objects, for tests
 AGENT_MAP := agent/libpdagent.map
 
-BINS :=
+PDBROKER := $(B)/pdbroker
+BINS := $(PDBROKER)
 
 SUPPORT_SRC := $(wildcard tests/support/*.c)
 SUPPORT_OBJ := $(SUPPORT_SRC:%.c=$(B)/%.o)
@@ -124,6 +125,9 @@ $(LIBCORE): $(CORE_OBJ)
 $(LIBBROKER): $(BROKER_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
+
+$(PDBROKER): $(B)/broker/main.o $(LIBBROKER) $(LIBCORE)
+	$(CC) -o $@ $< $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
 $(LIBAGENT_A): $(AGENT_OBJ)
 	@mkdir -p $(@D)

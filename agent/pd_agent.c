@@ -8,9 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "pd_agent_int.h"
 #include "pd_attach_client.h"
 #include "pd_err.h"
@@ -31,7 +28,7 @@ void pd_agent_opts_init(struct pd_agent_opts *o, size_t opts_size)
 
 uint64_t ag_tag(const void *req_id, uint32_t len)
 {
-	return XXH3_64bits(req_id, len);
+	return pd_req_tag(req_id, len);
 }
 
 void ag_log(struct pd_agent *a, int level, const char *fmt, ...)

@@ -321,8 +321,8 @@ static int ident_ok(const char *s)
 }
 
 /* HOST:PORT: host of [A-Za-z0-9.-_:[]%*] (IPv6 in brackets, "*" = any),
- * port 1..65535, or "*" when any_port (a ZMQ bind to an ephemeral port). */
-static int hostport_ok(const char *s, int any_port)
+ * port 1..65535, or "*" / 0 when any_port (bind to an ephemeral port). */
+static int hostport_ok(const char *s, int any_port, int zero_ok)
 {
 	const char *colon = strrchr(s, ':');
 	uint64_t port;
@@ -336,7 +336,7 @@ static int hostport_ok(const char *s, int any_port)
 		return 1;
 	if (parse_scaled(colon + 1, no_units, 1, &port) < 0)
 		return 0;
-	return port >= 1 && port <= 65535;
+	return (port >= 1 || zero_ok) && port <= 65535;
 }
 
 static int endpoint_ok(const char *s, int any_port)
@@ -344,7 +344,7 @@ static int endpoint_ok(const char *s, int any_port)
 	size_t n;
 
 	if (strncmp(s, "tcp://", 6) == 0)
-		return hostport_ok(s + 6, any_port);
+		return hostport_ok(s + 6, any_port, 0);
 	if (strncmp(s, "ipc://", 6) != 0)
 		return 0;
 	n = strlen(s + 6);
@@ -370,7 +370,7 @@ static int check_str(const struct pd_cfg_def *d, const char *s, char *err, size_
 	if (d->type == PD_CFG_T_ENDPOINT && !endpoint_ok(s, any))
 		return pd_cfg_fail(err, errlen, "--%s: '%s' is not tcp://HOST:PORT (port 1..65535)"
 				   " or ipc://PATH", d->name, s);
-	if (d->type == PD_CFG_T_HOSTPORT && !hostport_ok(s, 0))
+	if (d->type == PD_CFG_T_HOSTPORT && !hostport_ok(s, any, any))
 		return pd_cfg_fail(err, errlen, "--%s: '%s' is not HOST:PORT (port 1..65535)",
 				   d->name, s);
 	return 0;

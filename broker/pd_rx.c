@@ -313,6 +313,22 @@ void pd_rx_get_stats(const struct pd_rx *rx, struct pd_rx_stats *out)
 		out->live_requests--;
 }
 
+uint32_t pd_rx_state(struct pd_rx *rx, const uint8_t *req_id, uint32_t len,
+		     struct pd_rx_req_view *v, int32_t *status)
+{
+	static const uint32_t map[] = { [RX_WAITING] = PD_RX_WAITING, [RX_ACTIVE] = PD_RX_ACTIVE,
+					 [RX_READY] = PD_RX_READY, [RX_TOMB] = PD_RX_ENDED };
+	struct rx_req *r = rx ? rx_find(rx, req_id, len) : NULL;
+
+	if (!r || r->state > RX_TOMB || !map[r->state])
+		return PD_RX_UNKNOWN;
+	if (v)
+		rx_view(r, v);
+	if (status)
+		*status = r->end_err;
+	return map[r->state];
+}
+
 const struct pd_admit *pd_rx_admit(const struct pd_rx *rx)
 {
 	return &rx->adm;

@@ -137,6 +137,17 @@ int pd_rx_peer_failed(struct pd_rx *rx, uint32_t peer, uint64_t now_ns);
 /* Admission timeouts, recv-ttl, tombstone expiry. @return requests failed. */
 int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns);
 
+/* Where a request stands (for decode agents asking). */
+#define PD_RX_UNKNOWN 0u
+#define PD_RX_WAITING 1u
+#define PD_RX_ACTIVE  2u
+#define PD_RX_READY   3u
+#define PD_RX_ENDED   4u /* released (status 0), failed or cancelled (status < 0) */
+
+/* @return PD_RX_*; v (may be NULL) filled unless UNKNOWN; *status set for ENDED. */
+uint32_t pd_rx_state(struct pd_rx *rx, const uint8_t *req_id, uint32_t len,
+		     struct pd_rx_req_view *v, int32_t *status);
+
 void pd_rx_get_stats(const struct pd_rx *rx, struct pd_rx_stats *out);
 const struct pd_admit *pd_rx_admit(const struct pd_rx *rx);
 /* Full consistency check (tests): admission invariant, every live slot

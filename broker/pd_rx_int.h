@@ -65,6 +65,7 @@ struct rx_req {
 	uint32_t on_live;            /* in the live list */
 	uint32_t in_work;            /* WORK_* : which work list holds it */
 	int32_t  doom_err;
+	int32_t  end_err;            /* how it ended: 0 released, else the failure */
 	uint32_t world_size;
 	uint32_t total;              /* per rank */
 	uint32_t need;               /* total x world_size */

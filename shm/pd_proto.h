@@ -85,4 +85,8 @@ struct pd_cqe {
 };
 _Static_assert(sizeof(struct pd_cqe) == 256, "completion entry ABI");
 
+/* The tag of a request id: what allocations wait under (pd_pool_who.tag),
+ * so that a cancel finds them. The same function on both sides. */
+uint64_t pd_req_tag(const void *req_id, uint32_t len);
+
 #endif

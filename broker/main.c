@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/* pdbroker: the per-node broker daemon. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <pdkv/version.h>
+
+#include "pd_broker.h"
+#include "pd_err.h"
+#include "pd_log.h"
+
+static int configure(struct pd_config *cfg, int argc, char **argv)
+{
+	char err[512] = "";
+
+	pd_config_defaults(cfg);
+	if (pd_config_parse_args(cfg, argc, argv, err, sizeof(err)) < 0) {
+		fprintf(stderr, "pdbroker: %s\n", err);
+		return 2;
+	}
+	if (cfg->show_help) {
+		pd_config_usage(stdout, "pdbroker");
+		return 0;
+	}
+	if (cfg->show_version) {
+		printf("pdbroker %s (shm ABI %u.%u)\n", pd_version(), PD_SHM_ABI_MAJOR,
+		       PD_SHM_ABI_MINOR);
+		return 0;
+	}
+	if (pd_config_validate(cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "pdbroker: %s\n", err);
+		return 2;
+	}
+	return -1; /* carry on */
+}
+
+static int open_log(const struct pd_config *cfg)
+{
+	pd_log_set_level((int)cfg->log_level);
+	if (cfg->log_file[0] && !freopen(cfg->log_file, "a", stderr)) {
+		fprintf(stderr, "pdbroker: --log-file %s: cannot open\n", cfg->log_file);
+		return -1;
+	}
+	setvbuf(stderr, NULL, _IOLBF, 0);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct pd_config cfg;
+	struct pd_broker *b;
+	char err[512] = "";
+	int rc = configure(&cfg, argc, argv);
+
+	if (rc >= 0)
+		return rc;
+	if (open_log(&cfg) < 0)
+		return 2;
+	(void)signal(SIGPIPE, SIG_IGN);
+	rc = pd_broker_create(&cfg, &b, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "pdbroker: %s%s%s\n", err[0] ? err : "", err[0] ? ": " : "",
+			pd_strerror(rc));
+		return 1;
+	}
+	rc = pd_broker_run(b);
+	pd_broker_destroy(b);
+	if (rc < 0) {
+		fprintf(stderr, "pdbroker: event loop failed: %s\n", pd_strerror(rc));
+		return 1;
+	}
+	return 0;
+}

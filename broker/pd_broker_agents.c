@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/* pdbroker: what agents submit (batches, cancels, receive-side questions). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pd_broker_int.h"
+#include "pd_log.h"
+#include "pd_time.h"
+
+
+static void complete(struct pd_broker *b, uint32_t agent, uint32_t type, int32_t status,
+		     uint64_t user, const uint8_t *req, uint32_t len)
+{
+	struct pd_cqe c = { .type = type, .status = status, .user = user,
+			    .req_id_len = (uint8_t)len };
+
+	memcpy(c.req_id, req, len);
+	if (pd_agents_complete(b->agents, agent, &c) < 0)
+		PD_LOG_RL(WARN, ctl, "agent %u: completion lost", agent);
+}
+
+/* ---- PUT ------------------------------------------------------------------------- */
+
+static int chunk_ok(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
+{
+	const struct pd_sqe_chunk *c = &e->u.chunk;
+	struct pd_slot_desc d;
+
+	return e->op == PD_SQ_CHUNK && c->klen >= 1 && c->klen <= PD_KEY_MAX &&
+	       c->len <= b->shm.send.slot_size &&
+	       pd_pool_desc_get(&b->shm.send, PD_SLOT_REF_IDX(c->slot), &d) == 0 &&
+	       d.gen == PD_SLOT_REF_GEN(c->slot) && d.owner == agent &&
+	       atomic_load_explicit(&d.state, memory_order_relaxed) == PD_SLOT_LOANED;
+}
+
+static int put_ok(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n)
+{
+	const struct pd_sqe_put *p = &e->u.put;
+
+	if (!b->tx || p->n != n - 1 || p->req_id_len == 0 || p->req_id_len > PD_REQ_ID_MAX ||
+	    p->endpoint_len == 0 || p->endpoint_len > PD_ENDPOINT_MAX)
+		return -EINVAL;
+	for (uint32_t i = 1; i < n; i++)
+		if (!chunk_ok(b, agent, &e[i]))
+			return -ESTALE;
+	return 0;
+}
+
+/* The broker takes the slots: QUEUED, owned by the broker. */
+static int take_slots(struct pd_broker *b, const struct pd_sqe *e, uint32_t n,
+		      struct pd_tx_chunk *ch, pd_slot_ref *refs)
+{
+	for (uint32_t i = 1; i < n; i++) {
+		const struct pd_sqe_chunk *c = &e[i].u.chunk;
+
+		ch[i - 1] = (struct pd_tx_chunk){ .slot = c->slot, .len = c->len,
+						  .klen = (uint8_t)c->klen };
+		memcpy(ch[i - 1].key, c->key, c->klen);
+		refs[i - 1] = c->slot;
+	}
+	return pd_pool_set_state(&b->shm.send, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
+}
+
+static int submit_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n,
+		      struct pd_tx_chunk *ch, pd_slot_ref *refs)
+{
+	const struct pd_sqe_put *p = &e->u.put;
+	struct pd_tx_submit s = { .agent = agent, .req_id = p->req_id,
+				  .req_id_len = p->req_id_len, .rank = p->rank,
+				  .world_size = p->world_size, .total_chunks = p->total_chunks,
+				  .is_last = p->last, .n = n - 1, .chunks = ch };
+	int rc = broker_peer_of(b, p->endpoint, p->endpoint_len, &s.peer);
+
+	s.tag = pd_req_tag(p->req_id, p->req_id_len);
+	if (rc == 0)
+		rc = pd_tx_submit(b->tx, &s, pd_now_ns());
+	if (rc == -EINVAL || rc == -ENOMEM || rc == -EBUSY || rc == -ENOENT) {
+		(void)pd_pool_free(&b->shm.send, refs, n - 1); /* the engine did not take them */
+		return rc;
+	}
+	return 0; /* the engine took them, and reports failures itself */
+}
+
+static int on_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n)
+{
+	struct pd_tx_chunk *ch = calloc(n, sizeof(*ch));
+	pd_slot_ref *refs = calloc(n, sizeof(*refs));
+	int rc = !ch || !refs ? -ENOMEM : put_ok(b, agent, e, n);
+
+	if (rc == 0)
+		rc = take_slots(b, e, n, ch, refs);
+	if (rc == 0)
+		rc = submit_put(b, agent, e, n, ch, refs);
+	if (rc < 0)
+		complete(b, agent, PD_CQ_PUT_FAILED, rc, e->user, e->u.put.req_id,
+			 e->u.put.req_id_len < PD_REQ_ID_MAX ? e->u.put.req_id_len : 0);
+	free(ch);
+	free(refs);
+	return 0;
+}
+
+/* ---- cancel and the receive side ------------------------------------------------ */
+
+static int req_ok(const struct pd_sqe *e)
+{
+	return e->u.req.req_id_len >= 1 && e->u.req.req_id_len <= PD_REQ_ID_MAX;
+}
+
+static void on_cancel(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
+{
+	uint32_t rank = b->shm.agents->slot[agent - 1].tp_rank;
+
+	if (b->tx)
+		(void)pd_tx_cancel(b->tx, e->u.req.req_id, e->u.req.req_id_len, rank,
+				   pd_now_ns());
+}
+
+/* Answer every agent waiting for this request. */
+void broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
+			uint32_t chunks, uint64_t tag)
+{
+	struct waiter *w, *next;
+
+	for (w = LIST_FIRST(&b->waiters); w; w = next) {
+		struct pd_cqe c = { .type = PD_CQ_RECV, .status = status, .chunks = chunks,
+				    .req_tag = tag };
+
+		next = LIST_NEXT(w, link);
+		if (w->req_len != len || memcmp(w->req, req, len))
+			continue;
+		c.user = w->user;
+		c.req_id_len = w->req_len;
+		memcpy(c.req_id, w->req, w->req_len);
+		(void)pd_agents_complete(b->agents, w->agent, &c);
+		LIST_REMOVE(w, link);
+		free(w);
+	}
+}
+
+static int add_waiter(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
+{
+	struct waiter *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return -ENOMEM;
+	w->agent = agent;
+	w->user = e->user;
+	w->req_len = e->u.req.req_id_len;
+	memcpy(w->req, e->u.req.req_id, w->req_len);
+	LIST_INSERT_HEAD(&b->waiters, w, link);
+	return 0;
+}
+
+static void on_recv_wait(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
+{
+	const struct pd_sqe_req *q = &e->u.req;
+	struct pd_rx_req_view v = { 0 };
+	int32_t status = 0;
+	uint32_t st = b->rx ? pd_rx_state(b->rx, q->req_id, q->req_id_len, &v, &status) :
+			      PD_RX_ENDED;
+	struct pd_cqe c = { .type = PD_CQ_RECV, .user = e->user, .req_tag = v.tag,
+			    .chunks = v.need, .req_id_len = q->req_id_len };
+
+	memcpy(c.req_id, q->req_id, q->req_id_len);
+	if (st == PD_RX_READY || st == PD_RX_ENDED) {
+		c.status = !b->rx ? -EINVAL : st == PD_RX_READY ? 0 :
+			   status ? status : -ENOENT; /* released already */
+		(void)pd_agents_complete(b->agents, agent, &c);
+	} else if (add_waiter(b, agent, e) < 0) {
+		c.status = -ENOMEM;
+		(void)pd_agents_complete(b->agents, agent, &c);
+	}
+}
+
+static void on_recv_release(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
+{
+	const struct pd_sqe_req *q = &e->u.req;
+	struct pd_rx_req_view v = { 0 };
+	struct pd_cqe c = { .type = PD_CQ_RELEASED, .user = e->user,
+			    .req_id_len = q->req_id_len };
+
+	memcpy(c.req_id, q->req_id, q->req_id_len);
+	if (!b->rx) {
+		c.status = -EINVAL;
+	} else {
+		(void)pd_rx_state(b->rx, q->req_id, q->req_id_len, &v, NULL);
+		c.req_tag = v.tag;
+		c.status = pd_rx_release(b->rx, q->req_id, q->req_id_len, pd_now_ns());
+	}
+	(void)pd_agents_complete(b->agents, agent, &c);
+}
+
+static int on_sqes(void *ctx, uint32_t agent, const struct pd_sqe *e, uint32_t n)
+{
+	struct pd_broker *b = ctx;
+
+	switch (e->op) {
+	case PD_SQ_PUT:
+		return on_put(b, agent, e, n);
+	case PD_SQ_CANCEL:
+		if (!req_ok(e))
+			return -EPROTO;
+		on_cancel(b, agent, e);
+		return 0;
+	case PD_SQ_RECV_WAIT:
+		if (!req_ok(e))
+			return -EPROTO;
+		on_recv_wait(b, agent, e);
+		return 0;
+	case PD_SQ_RECV_RELEASE:
+		if (!req_ok(e))
+			return -EPROTO;
+		on_recv_release(b, agent, e);
+		return 0;
+	default:
+		return -EPROTO;
+	}
+}
+
+static void on_attach(void *ctx, uint32_t agent, const struct pd_agent_slot *s)
+{
+	struct pd_broker *b = ctx;
+
+	(void)s;
+	pd_stat_set(&b->shm.seg.hdr->stats[PD_STAT_AGENTS], pd_agents_count(b->agents));
+	(void)agent;
+}
+
+/* The agent is gone: its loans come back, its requests are aborted. */
+static void on_detach(void *ctx, uint32_t agent)
+{
+	struct pd_broker *b = ctx;
+	struct waiter *w, *next;
+
+	if (b->shm.has_send)
+		(void)pd_pool_reclaim(&b->shm.send, agent);
+	if (b->tx)
+		(void)pd_tx_agent_gone(b->tx, agent, pd_now_ns());
+	for (w = LIST_FIRST(&b->waiters); w; w = next) {
+		next = LIST_NEXT(w, link);
+		if (w->agent == agent) {
+			LIST_REMOVE(w, link);
+			free(w);
+		}
+	}
+	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_AGENTS_RECLAIMED], 1);
+	pd_stat_set(&b->shm.seg.hdr->stats[PD_STAT_AGENTS], pd_agents_count(b->agents));
+}
+
+const struct pd_agents_ops pd_broker_agent_ops = {
+	.on_sqes = on_sqes, .on_attach = on_attach, .on_detach = on_detach,
+};

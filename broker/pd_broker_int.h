@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_BROKER_PD_BROKER_INT_H
+#define PD_BROKER_PD_BROKER_INT_H
+
+/* pdbroker internals, shared by the pd_broker*.c files only. */
+#include <pthread.h>
+#include <stdint.h>
+
+#include "pd_agents.h"
+#include "pd_broker.h"
+#include "pd_ctrl.h"
+#include "pd_layout.h"
+#include "pd_loop.h"
+#include "pd_rx.h"
+#include "pd_tcp.h"
+#include "pd_tree.h"
+#include "pd_tx.h"
+
+#define BROKER_OWNER 0u       /* pool owner id of slots the broker holds */
+#define MAX_TOKENS   1024u
+
+/* A decode agent waiting for a request (PD_SQ_RECV_WAIT). */
+struct waiter {
+	LIST_ENTRY(waiter) link;
+	uint32_t agent;
+	uint64_t user;
+	uint8_t req_len;
+	uint8_t req[PD_REQ_ID_MAX];
+};
+
+/* Outstanding TCP writes of one batch. */
+struct wbatch {
+	RB_ENTRY(wbatch) node;
+	uint64_t seq;
+	uint32_t left;
+	int32_t err;
+};
+RB_HEAD(wb_tree, wbatch);
+
+struct pd_broker {
+	struct pd_config cfg;
+	char sock_path[300];
+	uint64_t epoch;
+	struct pd_shm shm;
+	int have_shm;
+	struct pd_loop *loop;
+	struct pd_agents *agents;
+	struct pd_rx *rx;
+	struct pd_tx *tx;
+	struct pd_ctrl *ctrl;
+	struct pd_tcp *tcp;
+	LIST_HEAD(, waiter) waiters;
+	struct wb_tree wbatches;
+	/* Data threads read these (claim, accept_peer): atomics and a lock. */
+	_Atomic uint32_t *grant;      /* per recv slot: peer + 1 while granted, unwritten */
+	pthread_mutex_t tok_lock;
+	uint64_t token[MAX_TOKENS];   /* per peer id: the token its lanes present */
+	int stopping;
+};
+
+/* pd_broker_agents.c */
+extern const struct pd_agents_ops pd_broker_agent_ops;
+void broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
+			uint32_t chunks, uint64_t tag);
+
+/* pd_broker_net.c */
+extern const struct pd_tx_ops pd_broker_tx_ops;
+extern const struct pd_rx_ops pd_broker_rx_ops;
+extern const struct pd_ctrl_ops pd_broker_ctrl_ops;
+extern const struct pd_tcp_ops pd_broker_tcp_ops;
+int broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer);
+void broker_tcp_drain(void *ctx, uint32_t events);
+void broker_wbatches_free(struct pd_broker *b);
+
+#endif

@@ -1,0 +1,452 @@
+/* SPDX-License-Identifier: MIT */
+/* pdbroker: the engines' callbacks, wired to the control and data planes. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pd_broker_int.h"
+#include "pd_log.h"
+#include "pd_time.h"
+
+static int wb_cmp(const struct wbatch *a, const struct wbatch *b)
+{
+	return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+#define __unused __attribute__((unused)) /* see pd_tree.h */
+RB_GENERATE_STATIC(wb_tree, wbatch, node, wb_cmp)
+#undef __unused
+
+void broker_wbatches_free(struct pd_broker *b)
+{
+	struct wbatch *w;
+
+	while ((w = RB_MIN(wb_tree, &b->wbatches))) {
+		RB_REMOVE(wb_tree, &b->wbatches, w);
+		free(w);
+	}
+}
+
+int broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer)
+{
+	char buf[PD_ENDPOINT_MAX + 1];
+
+	if (!b->ctrl || len == 0 || len > PD_ENDPOINT_MAX)
+		return -EINVAL;
+	memcpy(buf, ep, len);
+	buf[len] = '\0';
+	return pd_ctrl_peer(b->ctrl, buf, peer);
+}
+
+static void send_msg(struct pd_broker *b, uint32_t peer, const struct pd_msg *m)
+{
+	int rc = pd_ctrl_send(b->ctrl, peer, m);
+
+	if (rc < 0)
+		PD_LOG_RL(WARN, ctl, "send %s to peer %u: %s", pd_wire_type_name(m->type), peer,
+			  pd_strerror(rc));
+}
+
+/* ---- sender engine callbacks ------------------------------------------------------- */
+
+static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
+{
+	struct pd_broker *b = ctx;
+	struct pd_bytes *keys = calloc(v->n ? v->n : 1, sizeof(*keys));
+	uint32_t *lens = calloc(v->n ? v->n : 1, sizeof(*lens));
+	struct pd_msg m = { .type = PD_MSG_ALLOC_REQ };
+
+	if (!keys || !lens) {
+		free(keys);
+		free(lens);
+		return; /* the alloc timeout fails the request */
+	}
+	for (uint32_t i = 0; i < v->n; i++) {
+		keys[i] = (struct pd_bytes){ .p = v->chunks[i].key, .len = v->chunks[i].klen };
+		lens[i] = v->chunks[i].len;
+	}
+	m.u.alloc_req = (struct pd_msg_alloc_req){
+		.seq = v->seq, .has_seq = 1, .req_id = { v->req_id, v->req_id_len },
+		.nkeys = v->n, .keys = keys, .lens = lens, .total_chunks = v->total_chunks,
+		.world_size = v->world_size, .rank = v->rank, .is_last_batch = v->is_last };
+	send_msg(b, v->peer, &m);
+	free(keys);
+	free(lens);
+}
+
+static int tx_write(void *ctx, const struct pd_tx_batch_view *v)
+{
+	struct pd_broker *b = ctx;
+	struct pd_tcp_xfer x;
+	struct wbatch *w = calloc(1, sizeof(*w));
+	int rc = 0;
+
+	if (!w || !b->tcp) {
+		free(w);
+		return -ENOMEM;
+	}
+	w->seq = v->seq;
+	RB_INSERT(wb_tree, &b->wbatches, w);
+	for (uint32_t i = 0; i < v->n && rc == 0; i++) {
+		if (v->remote[i] < 0)
+			continue;
+		x = (struct pd_tcp_xfer){ .cookie = v->seq, .len = v->chunks[i].len,
+					  .src = pd_pool_data(&b->shm.send, v->chunks[i].slot),
+					  .slot = (uint32_t)v->remote[i] };
+		w->left++;
+		rc = pd_tcp_post(b->tcp, v->peer, &x, 1);
+		if (rc < 0)
+			w->left--;
+	}
+	if (w->left == 0) { /* nothing posted (the engine sends no empty batch) */
+		RB_REMOVE(wb_tree, &b->wbatches, w);
+		free(w);
+		return rc < 0 ? rc : -EIO;
+	}
+	if (rc < 0)
+		w->err = rc; /* the ones posted still complete; then the batch fails */
+	return 0;
+}
+
+static void tx_free_slots(void *ctx, const pd_slot_ref *refs, uint32_t n)
+{
+	struct pd_broker *b = ctx;
+
+	if (pd_pool_free(&b->shm.send, refs, n) < 0)
+		PD_LOG_RL(ERR, slot, "staging slots could not be freed");
+}
+
+static void tx_put_done(void *ctx, const struct pd_tx_batch_view *v, const int32_t *idx,
+			uint32_t n)
+{
+	struct pd_msg m = { .type = PD_MSG_PUT_DONE };
+
+	m.u.put_done = (struct pd_msg_put_done){ .seq = v->seq,
+						 .req_id = { v->req_id, v->req_id_len },
+						 .rank = v->rank, .n = n, .indexes = idx };
+	send_msg(ctx, v->peer, &m);
+}
+
+static void tx_cancel_notif(void *ctx, uint32_t peer, const uint8_t *req, uint32_t len,
+			    uint32_t rank)
+{
+	struct pd_msg m = { .type = PD_MSG_CANCEL };
+
+	m.u.cancel = (struct pd_msg_cancel){ .req_id = { req, len }, .rank = rank };
+	send_msg(ctx, peer, &m);
+}
+
+static void tx_proxy_notif(void *ctx, const struct pd_tx_result *r)
+{
+	struct pd_broker *b = ctx;
+	struct pd_msg_proxy p = { .req_id = { r->req_id, r->req_id_len }, .has_ext = 1,
+				  .status = r->status, .rank = r->rank,
+				  .world_size = r->world_size, .chunks = r->chunks,
+				  .bytes = r->bytes };
+
+	if (b->cfg.proxy[0])
+		(void)pd_ctrl_proxy_notif(b->ctrl, &p);
+}
+
+static void tx_agent_event(void *ctx, const struct pd_tx_result *r)
+{
+	struct pd_broker *b = ctx;
+	struct pd_cqe c = { .type = r->status ? PD_CQ_PUT_FAILED : PD_CQ_PUT_DONE,
+			    .status = r->status, .chunks = r->chunks, .bytes = r->bytes,
+			    .req_id_len = (uint8_t)r->req_id_len };
+
+	memcpy(c.req_id, r->req_id, r->req_id_len);
+	(void)pd_agents_complete(b->agents, r->agent, &c);
+	pd_stat_add(&b->shm.seg.hdr->stats[r->status ? PD_STAT_REQ_FAILED : PD_STAT_REQ_DONE],
+		    1);
+	if (!r->status) {
+		pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_CHUNKS_SENT], r->chunks);
+		pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_SENT], r->bytes);
+	}
+}
+
+static void tx_wake_alloc(void *ctx, uint64_t tag)
+{
+	struct pd_broker *b = ctx;
+
+	(void)pd_pool_cancel(&b->shm.send, tag);
+}
+
+const struct pd_tx_ops pd_broker_tx_ops = {
+	.send_alloc = tx_send_alloc, .write = tx_write, .free_slots = tx_free_slots,
+	.put_done = tx_put_done, .cancel_notif = tx_cancel_notif,
+	.proxy_notif = tx_proxy_notif, .agent_event = tx_agent_event,
+	.wake_alloc = tx_wake_alloc,
+};
+
+/* ---- receiver engine callbacks ----------------------------------------------------- */
+
+static void rx_reply(void *ctx, uint32_t peer, uint64_t seq, int32_t err, const int32_t *remote,
+		     uint32_t n, const int32_t *already, uint32_t nalready)
+{
+	struct pd_broker *b = ctx;
+	struct pd_msg m = { .type = PD_MSG_ALLOC_RESP };
+	uint32_t k = 0;
+
+	/* Open the granted slots to this peer's writes (not the deduplicated ones). */
+	for (uint32_t i = 0; err == 0 && i < n; i++) {
+		if (k < nalready && already[k] == (int32_t)i) {
+			k++;
+			continue;
+		}
+		if (remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
+			atomic_store(&b->grant[remote[i]], peer + 1);
+	}
+	m.u.alloc_resp = (struct pd_msg_alloc_resp){ .seq = seq, .has_seq = 1, .n = err ? 0 : n,
+						     .remote_indexes = remote,
+						     .nalready = err ? 0 : nalready,
+						     .already_sent_indexes = already, .err = err };
+	send_msg(b, peer, &m);
+}
+
+static void rx_ready(void *ctx, const struct pd_rx_req_view *v)
+{
+	struct pd_broker *b = ctx;
+
+	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_CHUNKS_RECV], v->need);
+	broker_recv_answer(b, v->req_id, v->req_id_len, 0, v->need, v->tag);
+}
+
+static void rx_failed(void *ctx, const struct pd_rx_req_view *v, int32_t err)
+{
+	broker_recv_answer(ctx, v->req_id, v->req_id_len, err, v->need, v->tag);
+}
+
+const struct pd_rx_ops pd_broker_rx_ops = {
+	.reply = rx_reply, .ready = rx_ready, .failed = rx_failed,
+};
+
+/* ---- control plane callbacks ---------------------------------------------------------- */
+
+static void on_alloc_req(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q)
+{
+	struct pd_rx_key *keys = calloc(q->nkeys ? q->nkeys : 1, sizeof(*keys));
+	struct pd_rx_alloc a = { .peer = peer, .seq = q->seq, .req_id = q->req_id.p,
+				 .req_id_len = q->req_id.len, .nkeys = q->nkeys, .keys = keys,
+				 .lens = q->lens, .total_chunks = q->total_chunks,
+				 .world_size = q->world_size, .rank = q->rank,
+				 .is_last = q->is_last_batch };
+
+	if (!keys || !b->rx) {
+		free(keys);
+		rx_reply(b, peer, q->seq, !b->rx ? -EINVAL : -ENOMEM, NULL, 0, NULL, 0);
+		return;
+	}
+	for (uint32_t i = 0; i < q->nkeys; i++)
+		keys[i] = (struct pd_rx_key){ .p = q->keys[i].p, .len = q->keys[i].len };
+	(void)pd_rx_alloc(b->rx, &a, pd_now_ns());
+	free(keys);
+}
+
+static void on_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
+{
+	for (uint32_t i = 0; i < d->n; i++)
+		if (d->indexes[i] >= 0 && (uint32_t)d->indexes[i] < b->shm.recv.nslots)
+			atomic_store(&b->grant[d->indexes[i]], 0);
+	if (b->rx)
+		(void)pd_rx_put_done(b->rx, peer, d->req_id.p, d->req_id.len, d->indexes, d->n,
+				     pd_now_ns());
+}
+
+static void on_alloc_resp(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_resp *r)
+{
+	struct pd_tx_resp t = { .peer = peer, .seq = r->seq, .err = r->err, .n = r->n,
+				.remote = r->remote_indexes, .nalready = r->nalready,
+				.already_sent = r->already_sent_indexes };
+
+	if (b->tx && r->has_seq)
+		(void)pd_tx_alloc_resp(b->tx, &t, pd_now_ns());
+}
+
+static void on_msg(void *ctx, uint32_t peer, const struct pd_msg *m)
+{
+	struct pd_broker *b = ctx;
+
+	switch (m->type) {
+	case PD_MSG_ALLOC_REQ:
+		on_alloc_req(b, peer, &m->u.alloc_req);
+		break;
+	case PD_MSG_ALLOC_RESP:
+		on_alloc_resp(b, peer, &m->u.alloc_resp);
+		break;
+	case PD_MSG_PUT_DONE:
+		on_put_done(b, peer, &m->u.put_done);
+		break;
+	case PD_MSG_CANCEL:
+		if (b->rx)
+			(void)pd_rx_cancel(b->rx, m->u.cancel.req_id.p, m->u.cancel.req_id.len,
+					   pd_now_ns());
+		break;
+	case PD_MSG_ERROR:
+		if (b->tx && m->u.error.seq) {
+			struct pd_tx_resp t = { .peer = peer, .seq = m->u.error.seq,
+						.err = m->u.error.code };
+
+			(void)pd_tx_alloc_resp(b->tx, &t, pd_now_ns());
+		}
+		break;
+	default:
+		PD_LOG_RL(INFO, ctl, "peer %u: %s ignored", peer, pd_wire_type_name(m->type));
+	}
+}
+
+/* Data-plane token of a broker: both sides derive it from its Hello. */
+static uint64_t token_of(const uint8_t *name, uint32_t len, uint64_t epoch)
+{
+	return pd_req_tag(name, len) ^ (epoch * 0x9e3779b97f4a7c15ull) ^ 1;
+}
+
+/* "host:port" of the peer's "tcp" transport, from its Hello. */
+static int tcp_addr(const struct pd_msg_hello *h, char *host, size_t hlen, uint16_t *port)
+{
+	for (uint32_t i = 0; i < h->nxports; i++) {
+		char buf[PD_WIRE_ADDR_MAX + 1];
+		char *colon;
+		unsigned long p;
+
+		if (h->xport[i].len != 3 || memcmp(h->xport[i].p, "tcp", 3))
+			continue;
+		memcpy(buf, h->addr[i].p, h->addr[i].len);
+		buf[h->addr[i].len] = '\0';
+		colon = strrchr(buf, ':');
+		if (!colon || (size_t)(colon - buf) >= hlen)
+			return -EINVAL;
+		*colon = '\0';
+		p = strtoul(colon + 1, NULL, 10);
+		if (p == 0 || p > 65535)
+			return -EINVAL;
+		(void)snprintf(host, hlen, "%s", buf);
+		*port = (uint16_t)p;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
+{
+	struct pd_broker *b = ctx;
+	char host[PD_WIRE_ADDR_MAX + 1];
+	uint16_t port;
+
+	if (peer < MAX_TOKENS) {
+		(void)pthread_mutex_lock(&b->tok_lock);
+		b->token[peer] = token_of(h->name.p, h->name.len, h->epoch);
+		(void)pthread_mutex_unlock(&b->tok_lock);
+	}
+	PD_LOG(INFO, ctl, "peer %u (%.*s) up", peer, (int)h->name.len, (const char *)h->name.p);
+	if (!b->tx || !b->tcp || h->recv_slots == 0 || tcp_addr(h, host, sizeof(host), &port))
+		return;
+	if (pd_tcp_connect(b->tcp, peer, host, port,
+			   token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name),
+				    b->epoch)) < 0)
+		PD_LOG(WARN, tcp, "peer %u: cannot open data lanes to %s:%u", peer, host, port);
+}
+
+static void on_peer_down(void *ctx, uint32_t peer, int err)
+{
+	struct pd_broker *b = ctx;
+	uint64_t now = pd_now_ns();
+
+	PD_LOG(WARN, ctl, "peer %u down: %s", peer, pd_strerror(err));
+	if (peer < MAX_TOKENS) {
+		(void)pthread_mutex_lock(&b->tok_lock);
+		b->token[peer] = 0;
+		(void)pthread_mutex_unlock(&b->tok_lock);
+	}
+	if (b->tcp)
+		(void)pd_tcp_disconnect(b->tcp, peer);
+	if (b->tx)
+		(void)pd_tx_peer_failed(b->tx, peer, err, now);
+	if (b->rx)
+		(void)pd_rx_peer_failed(b->rx, peer, now);
+}
+
+const struct pd_ctrl_ops pd_broker_ctrl_ops = {
+	.on_msg = on_msg, .on_peer_up = on_peer_up, .on_peer_down = on_peer_down,
+};
+
+/* ---- data plane callbacks (data threads) ------------------------------------------------- */
+
+static int tcp_accept_peer(void *ctx, uint64_t token, uint32_t *peer)
+{
+	struct pd_broker *b = ctx;
+	int rc = -EACCES;
+
+	(void)pthread_mutex_lock(&b->tok_lock);
+	for (uint32_t i = 0; token && i < MAX_TOKENS; i++) {
+		if (b->token[i] == token) {
+			*peer = i;
+			rc = 0;
+			break;
+		}
+	}
+	(void)pthread_mutex_unlock(&b->tok_lock);
+	return rc;
+}
+
+/* Only into a slot granted to this very peer and not yet written. */
+static int tcp_claim(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
+		     struct pd_tcp_dst *dst)
+{
+	struct pd_broker *b = ctx;
+
+	if (!b->shm.has_recv || d->slot >= b->shm.recv.nslots ||
+	    atomic_load(&b->grant[d->slot]) != peer + 1 || d->len > b->shm.recv.slot_size)
+		return -EPERM;
+	dst->ptr = b->shm.recv.arena + (uint64_t)d->slot * b->shm.recv.slot_size;
+	dst->cap = b->shm.recv.slot_size;
+	return 0;
+}
+
+static void tcp_landed(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
+		       const struct pd_tcp_dst *dst, int status)
+{
+	struct pd_broker *b = ctx;
+
+	(void)peer, (void)dst;
+	if (status == 0)
+		pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], d->len);
+}
+
+const struct pd_tcp_ops pd_broker_tcp_ops = {
+	.accept_peer = tcp_accept_peer, .claim = tcp_claim, .landed = tcp_landed,
+};
+
+static void write_ended(struct pd_broker *b, uint64_t seq, int status)
+{
+	struct wbatch key = { .seq = seq }, *w = RB_FIND(wb_tree, &b->wbatches, &key);
+
+	if (!w)
+		return;
+	if (status < 0 && !w->err)
+		w->err = status;
+	if (--w->left)
+		return;
+	RB_REMOVE(wb_tree, &b->wbatches, w);
+	(void)pd_tx_write_done(b->tx, seq, w->err, pd_now_ns());
+	free(w);
+}
+
+void broker_tcp_drain(void *ctx, uint32_t events)
+{
+	struct pd_broker *b = ctx;
+	struct pd_tcp_cpl c[64];
+	int n;
+
+	(void)events;
+	while ((n = pd_tcp_poll(b->tcp, c, 64)) > 0) {
+		for (int i = 0; i < n; i++) {
+			if (c[i].kind == PD_TCP_CPL_WRITE)
+				write_ended(b, c[i].cookie, c[i].status);
+			else if (b->tx)
+				(void)pd_tx_peer_failed(b->tx, c[i].peer, c[i].status,
+							pd_now_ns());
+		}
+	}
+}
