@@ -208,6 +208,7 @@ int pd_loop_run(struct pd_loop *l)
 {
 	struct epoll_event ev[MAX_EVENTS];
 
+	l->stop = 0; /* a stopped loop may run again */
 	while (!l->stop) {
 		int n;
 

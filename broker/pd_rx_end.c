@@ -199,9 +199,8 @@ static void rollback(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 	rx_view(r, &v);
 	rx->o.ops->failed(rx->o.ctx, &v, err);
 	refuse_held(rx, r, err);
+	r->end_err = err; /* kept by the tombstone */
 	rx_end(rx, r, now_ns);
-	if (!r->anon)
-		r->end_err = err; /* (an anonymous one is gone by now) */
 }
 
 static void on_admit(void *ctx, struct pd_adm_entry *e)

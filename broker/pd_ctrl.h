@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_BROKER_PD_CTRL_H
+#define PD_BROKER_PD_CTRL_H
+
+/*
+ * Broker <-> broker control plane (DESIGN.md section 6): ZeroMQ sockets
+ * carrying pd_wire messages, plugged into the control thread's pd_loop.
+ *
+ *   ROUTER  bound to opts.bind: peers that dialled us (frames [rid, "", payload]).
+ *   DEALER  one per peer we dialled (pd_ctrl_peer), lazily (frames ["", payload]).
+ *   PUSH    to opts.proxy, ProxyNotif only (one frame, LMCache's shape).
+ *
+ * Threading: single-threaded. The thread that calls pd_ctrl_create() owns
+ * every ZMQ socket and must make every pd_ctrl_* call and run the loop;
+ * callbacks run on it, from inside the loop's dispatch or pd_ctrl_tick().
+ * Nothing spins: each socket's ZMQ_FD is watched edge-triggered; on a wake
+ * ZMQ_EVENTS is read until ZMQ_POLLIN clears (at most a budget per wake,
+ * then an internal eventfd brings the loop back), and after every send, since
+ * a send can consume the fd's edge.
+ *
+ * Peer identity: one id per remote broker, keyed by the broker's name
+ * (Hello/HelloAck "name"). Ids start at 1 and are never reused.
+ *  - pd_ctrl_peer(endpoint) returns the peer that was dialled at that
+ *    endpoint, or whose Hello advertised it as its control address (the
+ *    transport "ctrl" in Hello's xports/addrs), else a new id whose name is
+ *    learnt from the HelloAck.
+ *  - A Hello arriving on the ROUTER attaches its routing id to the peer of
+ *    that name (or, before its HelloAck, to the peer dialled at the address
+ *    it advertises), else creates a peer.
+ *  - So a broker that both dials us and is dialled by us is one id; its
+ *    DEALER path and ROUTER path are two routes of that id.
+ *  - If a HelloAck reveals that a newly dialled id is a broker already known
+ *    under another id (it was dialled at an address other than the one it
+ *    advertises), the new id becomes an alias of the older one: it stays
+ *    valid for pd_ctrl_send()/pd_ctrl_peer(), callbacks report the older id,
+ *    and ops->on_peer_alias tells the broker once.
+ * Routes: AllocRequest, PutDone, CancelNotif and Heartbeat go through our
+ * DEALER when we have one, else through the ROUTER; AllocResponse and Error
+ * go back the way the last request of that peer came.
+ *
+ * Liveness: pd_ctrl_tick() sends a Heartbeat to every live peer each
+ * heartbeat_ns. A peer is declared down (on_peer_down, once) when it is
+ * silent for 3 heartbeats, or its handshake stays unanswered that long
+ * (-ETIMEDOUT), or a Hello/HelloAck/Heartbeat shows a new epoch, or it
+ * says Hello again from a new DEALER (-ECONNRESET: a new session). Its
+ * queued messages are dropped; our DEALER to it is replaced and says Hello
+ * again every 3 heartbeats; the Hello or HelloAck that answers brings
+ * on_peer_up. A peer that receives a message from a sender without a
+ * session answers Error(-ENOTCONN); the sender then says Hello again.
+ *
+ * Malformed input (wrong frames, oversized, not msgpack, not a valid
+ * message, no session, wrong direction) is counted by cause, logged rate
+ * limited, answered with an Error when a reply path exists (never an Error
+ * with an Error), and never stops the loop.
+ */
+#include <stdint.h>
+
+#include "pd_loop.h"
+#include "pd_wire.h"
+
+struct pd_ctrl;
+
+#define PD_CTRL_ENDPOINT_MAX 256u   /* incl. NUL */
+#define PD_CTRL_MAX_XPORTS   (PD_WIRE_MAX_XPORTS - 1u) /* one is "ctrl" */
+#define PD_CTRL_XPORT_CTRL   "ctrl" /* Hello transport naming the control endpoint */
+
+struct pd_ctrl_ops {
+	/* A message for the broker: AllocRequest, AllocResponse, PutDone,
+	 * CancelNotif or Error; m and its arrays are valid during the call. */
+	void (*on_msg)(void *ctx, uint32_t peer, const struct pd_msg *m);
+	/* The peer completed a handshake; h (its Hello) is valid during the call. */
+	void (*on_peer_up)(void *ctx, uint32_t peer, const struct pd_msg_hello *h);
+	/* The peer is down: -ETIMEDOUT or -ECONNRESET. Also for a peer whose
+	 * first handshake timed out (messages queued to it were dropped). */
+	void (*on_peer_down)(void *ctx, uint32_t peer, int err);
+	/* Optional (may be NULL): id alias now names the same broker as peer. */
+	void (*on_peer_alias)(void *ctx, uint32_t alias, uint32_t peer);
+};
+
+struct pd_ctrl_opts {
+	struct pd_loop *loop;          /* borrowed; outlives the ctrl */
+	const struct pd_ctrl_ops *ops; /* copied; on_msg, on_peer_up, on_peer_down required */
+	void *ctx;
+	const char *bind;              /* ROUTER endpoint, e.g. "tcp://0.0.0.0:17500" */
+	const char *advertise;         /* control endpoint peers dial; NULL: the bound one
+					* (a wildcard host replaced by the host name) */
+	const char *proxy;             /* PUSH endpoint for ProxyNotif; NULL or "": none */
+	const char *name;              /* 1..PD_WIRE_NAME_MAX bytes, unique per cluster */
+	const char *host_id;           /* NULL: /etc/machine-id, else the host name */
+	uint64_t epoch;                /* bumped at each broker start */
+	uint64_t slot_size;            /* >= 1 */
+	uint32_t recv_slots;
+	uint32_t nxports;              /* 0..PD_CTRL_MAX_XPORTS */
+	const char *xport[PD_CTRL_MAX_XPORTS]; /* "rdma", "tcp", "shm", by preference */
+	const char *addr[PD_CTRL_MAX_XPORTS];  /* address of each (may be "") */
+	const uint8_t *rdma_gid;       /* NULL, or 16 bytes: RDMA fields sent */
+	uint32_t rdma_qpn, rdma_rkey;
+	uint64_t rdma_base;
+	uint64_t heartbeat_ns;         /* > 0; silent for 3 of them = dead */
+	uint32_t max_peers;            /* 0: 1024 */
+	uint32_t queue_max;            /* messages held per peer before its HelloAck; 0: 1024 */
+	uint32_t sndhwm;               /* ZMQ_SNDHWM/RCVHWM per socket; 0: 1000 */
+};
+
+struct pd_ctrl_stats {
+	uint64_t rx_msgs;              /* delivered to on_msg */
+	uint64_t tx_msgs;              /* messages sent, control ones included */
+	uint64_t tx_again;             /* refused: would block (HWM) or queue full */
+	uint64_t tx_fail;              /* other send failures */
+	uint64_t queued;               /* held until a HelloAck */
+	uint64_t dropped;              /* held messages dropped with a dead peer */
+	uint64_t bad_frames;           /* wrong frame count or delimiter */
+	uint64_t bad_size;             /* payload larger than PD_WIRE_MAX_MSG */
+	uint64_t bad_msgpack;          /* not msgpack, truncated, bounds (depth, counts) */
+	uint64_t bad_schema;           /* msgpack, but no valid message (type, fields) */
+	uint64_t bad_peer;             /* from a sender without a session (no Hello) */
+	uint64_t bad_state;            /* valid message in the wrong place or direction */
+	uint64_t errors_sent;          /* Error replies to bad input */
+	uint64_t hellos_sent, heartbeats_sent, heartbeats_rcvd;
+	uint64_t peers_up, peers_down; /* transitions */
+	uint64_t aliases;              /* ids merged into an older one */
+	uint32_t peers;                /* gauge: ids that are not aliases */
+	uint32_t peers_live;           /* gauge: peers up */
+};
+
+/* What pd_ctrl_peer_info() reports. */
+#define PD_CTRL_PEER_NEW  1u  /* dialled, never up: messages are held */
+#define PD_CTRL_PEER_UP   2u
+#define PD_CTRL_PEER_DOWN 3u
+
+struct pd_ctrl_peer_info {
+	uint32_t id;                   /* canonical id (differs for an alias) */
+	uint32_t state;                /* PD_CTRL_PEER_* */
+	uint64_t epoch;
+	const struct pd_msg_hello *hello; /* its last Hello; NULL before any */
+};
+
+/**
+ * Create the control plane: a ZMQ context, the ROUTER bound to o->bind,
+ * the PUSH to o->proxy, and their fds in o->loop.
+ * @return 0 (*out set); -EINVAL NULL, missing op, empty or too long name,
+ *         endpoint or host id, heartbeat_ns 0, slot_size 0, too many
+ *         xports, an xport or address out of bounds; -ENOMEM; a negative
+ *         errno from ZeroMQ (bind: -EADDRINUSE, -EPROTONOSUPPORT, ...)
+ *         or from the loop.
+ */
+int pd_ctrl_create(const struct pd_ctrl_opts *o, struct pd_ctrl **out);
+
+/* Close every socket (LINGER 0: nothing waits), remove the fds from the
+ * loop, free everything. No callbacks; not to be called from one. NULL-safe. */
+void pd_ctrl_destroy(struct pd_ctrl *c);
+
+/* The ROUTER's actual endpoint (ZMQ_LAST_ENDPOINT, e.g. the port chosen for
+ * "tcp://127.0.0.1:0"); valid until destroy. */
+const char *pd_ctrl_endpoint(const struct pd_ctrl *c);
+
+/**
+ * The peer id for a receiver's control endpoint, dialling it (DEALER +
+ * Hello) when no peer is known there. Messages sent before its HelloAck are
+ * held (up to queue_max) and flushed in order on it.
+ * @return 0 (*peer set, canonical when known); -EINVAL NULL, empty or too
+ *         long endpoint, or our own endpoint; -ENOBUFS max_peers reached;
+ *         -ENOMEM; a negative errno from zmq_connect (bad endpoint).
+ */
+int pd_ctrl_peer(struct pd_ctrl *c, const char *endpoint, uint32_t *peer);
+
+/**
+ * Encode m and send it to peer without blocking. m borrowed.
+ * @return 0 sent or held for the HelloAck; -EINVAL NULL, a type the ctrl
+ *         owns (Hello, HelloAck, Heartbeat, ProxyNotif) or a message the
+ *         codec refuses; -ENOENT unknown peer id; -ENOTCONN peer down, or
+ *         its route is gone; -EAGAIN would block (HWM) or hold queue
+ *         full (counted); -EMSGSIZE; -ENOMEM.
+ */
+int pd_ctrl_send(struct pd_ctrl *c, uint32_t peer, const struct pd_msg *m);
+
+/**
+ * ProxyNotif to the proxy's PULL (one frame: {"type": "ProxyNotif",
+ * "req_id": ..., extensions}).
+ * @return 0; -EINVAL NULL or refused by the codec; -ENOTCONN no proxy
+ *         configured; -EAGAIN would block (counted); -ENOMEM.
+ */
+int pd_ctrl_proxy_notif(struct pd_ctrl *c, const struct pd_msg_proxy *p);
+
+/* Heartbeats, silence and handshake deadlines, Hello retries. The broker
+ * calls it from its tick (at least every heartbeat_ns / 2); now_ns is on
+ * CLOCK_MONOTONIC (pd_now_ns()). NULL-safe. */
+void pd_ctrl_tick(struct pd_ctrl *c, uint64_t now_ns);
+
+/* @return 0; -EINVAL NULL; -ENOENT unknown id. info->hello is valid until
+ * the next call into the ctrl. */
+int pd_ctrl_peer_info(const struct pd_ctrl *c, uint32_t peer, struct pd_ctrl_peer_info *info);
+
+void pd_ctrl_stats(const struct pd_ctrl *c, struct pd_ctrl_stats *st);
+
+#endif
