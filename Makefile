@@ -75,6 +75,8 @@ SUPPORT_SRC := $(wildcard tests/support/*.c)
 SUPPORT_OBJ := $(SUPPORT_SRC:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:%.c=$(B)/%)
+IT_SRC    := $(wildcard tests/integration/it_*.c)
+IT_BIN    := $(IT_SRC:%.c=$(B)/%)
 TSAN_SRC  := $(wildcard tests/tsan/tsan_*.c)
 TSAN_BIN  := $(TSAN_SRC:%.c=$(B)/%)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
@@ -142,6 +144,14 @@ $(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER)
 	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) \
 		$(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
+# Integration tests run real pdbroker processes (from this variant's build).
+$(B)/tests/support/pd_proc.o: CPPFLAGS += -DPD_BUILD_DIR=\"$(B)\"
+
+$(B)/tests/integration/%: $(B)/tests/integration/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) \
+		$(LIBCORE) $(PDBROKER)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) \
+		$(PC_LIBS_TEST) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
+
 $(B)/tests/tsan/%: $(B)/tests/tsan/%.o $(SUPPORT_OBJ) $(LIBCORE)
 	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) $(LDLIBS_ALL)
 
@@ -164,8 +174,8 @@ check-symbols: $(LIBAGENT)
 	if [ -n "$$bad" ]; then echo "non-pd_ symbols exported: $$bad"; exit 1; fi; \
 	echo "check-symbols: libpdagent.so exports only pd_* symbols"
 
-test: check-headers check-symbols $(UNIT_BIN)
-	@PD_TEST_LOOPS=$(LOOPS) tests/run.sh $(UNIT_BIN)
+test: check-headers check-symbols $(UNIT_BIN) $(IT_BIN)
+	@PD_TEST_LOOPS=$(LOOPS) tests/run.sh $(UNIT_BIN) $(IT_BIN)
 
 check:
 	@$(MAKE) --no-print-directory SAN=asan test

@@ -94,10 +94,10 @@ static int tx_write(void *ctx, const struct pd_tx_batch_view *v)
 		x = (struct pd_tcp_xfer){ .cookie = v->seq, .len = v->chunks[i].len,
 					  .src = pd_pool_data(&b->shm.send, v->chunks[i].slot),
 					  .slot = (uint32_t)v->remote[i] };
-		w->left++;
-		rc = pd_tcp_post(b->tcp, v->peer, &x, 1);
-		if (rc < 0)
-			w->left--;
+		rc = pd_tcp_post(b->tcp, v->peer, &x, 1); /* accepted count, or -errno */
+		if (rc == 1)
+			w->left++;
+		rc = rc == 1 ? 0 : rc < 0 ? rc : -EAGAIN;
 	}
 	if (w->left == 0) { /* nothing posted (the engine sends no empty batch) */
 		RB_REMOVE(wb_tree, &b->wbatches, w);

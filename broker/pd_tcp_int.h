@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_BROKER_PD_TCP_INT_H
+#define PD_BROKER_PD_TCP_INT_H
+
+/*
+ * Internals of the TCP transport (pd_tcp.c: instance, write pool,
+ * completion queue; pd_tcp_io.c: wire codec and socket waits with
+ * deadlines; pd_tcp_tx.c: peers and lane threads; pd_tcp_rx.c: listener
+ * and connection threads).
+ *
+ * Locks (never two held at once, so there is no lock order to keep):
+ *   t->cq_lock   the write pool (free list) and the completion queue;
+ *                the completion eventfd is written/read under it, so it is
+ *                readable exactly while cq is not empty.
+ *   p->lock      per peer: err, failed, outstanding, live, each lane's
+ *                pending list and load.
+ * A write descriptor (struct pd_tcp_node) is always in exactly one place:
+ * t->free, a lane's pending list (p->lock), a lane's window (that lane's
+ * thread only), a local list of the thread moving it, t->cq, or a peer's
+ * reserved peer-completion pointer.
+ */
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "pd_compiler.h"
+#include "pd_log.h"
+#include "pd_tcp.h"
+
+struct pd_tcp_node {
+	struct pd_tcp_node *next;
+	struct pd_tcp_xfer x;
+	uint32_t peer;
+	uint32_t kind;                 /* PD_TCP_CPL_* */
+	int32_t status;
+	uint8_t hdr[PD_TCP_HDR_SIZE];  /* encoded DATA header */
+};
+
+struct pd_tcp_fifo {
+	struct pd_tcp_node *head, *tail;
+	uint32_t n;
+};
+
+struct pd_tcp_peer;
+
+struct pd_tcp_lane {
+	struct pd_tcp_peer *p;
+	uint32_t idx;
+	int wake_fd;                   /* eventfd: post and disconnect -> lane */
+	pthread_t thr;
+	int started;                   /* owner thread */
+	/* p->lock */
+	struct pd_tcp_fifo pending;
+	uint64_t load;                 /* bytes pending or in the window */
+	/* lane thread only */
+	int fd;
+	struct pd_tcp_fifo win;        /* sent or being sent, oldest first */
+	struct pd_tcp_node *next_send; /* first node of win with unsent bytes */
+	uint32_t send_off;             /* bytes of next_send's frame already sent */
+	uint32_t rlen;                 /* bytes in rbuf */
+	uint64_t progress_ns;          /* last byte sent or ACK received */
+	uint8_t rbuf[PD_TCP_HDR_SIZE * 64];
+};
+
+struct pd_tcp_peer {
+	struct pd_tcp *t;
+	uint32_t id;
+	uint32_t nlanes;
+	uint64_t token;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	struct pd_tcp_node *peer_cpl;  /* reserved for the PD_TCP_CPL_PEER completion */
+	pthread_mutex_t lock;
+	/* p->lock */
+	int err;                       /* 0 while usable; then the first error */
+	int failed;                    /* err came from a lane: peer completion due */
+	uint32_t outstanding;          /* writes posted, not yet completed */
+	uint32_t live;                 /* lane threads not yet finished */
+	struct pd_tcp_lane lane[];
+};
+
+struct pd_tcp_conn {
+	struct pd_tcp *t;
+	struct pd_tcp_conn *next;      /* listener thread only */
+	pthread_t thr;
+	int fd;
+	uint32_t peer;
+	_Atomic int done;              /* set last by the connection thread */
+};
+
+struct pd_tcp_counters {
+#define PD_TCP_STAT_ATOMIC(n) _Atomic uint64_t n;
+	PD_TCP_STAT_FIELDS(PD_TCP_STAT_ATOMIC)
+#undef PD_TCP_STAT_ATOMIC
+};
+
+struct pd_tcp {
+	struct pd_tcp_opts o;
+	struct pd_tcp_counters st;
+	_Atomic uint64_t log_last_ns;  /* rate limit of per-connection logs */
+	/* owner thread */
+	struct pd_tcp_peer **peers;    /* o.max_peers entries, NULL = free */
+	int stopped;
+	/* t->cq_lock */
+	pthread_mutex_t cq_lock;
+	struct pd_tcp_fifo cq;
+	struct pd_tcp_fifo free;
+	int cpl_fd;
+	struct pd_tcp_node *nodes;     /* the pool's storage */
+	uint32_t nnodes;
+	/* receive side; set up by the owner before the listener starts */
+	int lfd;
+	int stop_fd;                   /* eventfd, written once at stop, never read */
+	int reap_fd;                   /* eventfd: a connection thread finished */
+	_Atomic int port;
+	pthread_t lthr;
+	int lstarted;
+	/* listener thread only (the owner after joining it) */
+	struct pd_tcp_conn *conns;
+	uint32_t nconns;
+};
+
+/* What interrupts a wait besides the socket: wake_fd readable -> check(arg)
+ * says whether to carry on (0) or give up (-errno). */
+struct pd_tcp_wait {
+	int wake_fd;
+	uint64_t idle_ns;              /* != 0: also give up after this long without progress */
+	int (*check)(void *arg);
+	void *arg;
+};
+
+#define PD_TCP_STAT_INC(t, n, v) pd_stat_add(&(t)->st.n, (v))
+
+/* Our mutexes are default ones used by the book: a failure is a bug. */
+static inline void pd_tcp_lock(pthread_mutex_t *m)
+{
+	int rc = pthread_mutex_lock(m);
+
+	PD_ASSERT(rc == 0);
+}
+
+static inline void pd_tcp_unlock(pthread_mutex_t *m)
+{
+	int rc = pthread_mutex_unlock(m);
+
+	PD_ASSERT(rc == 0);
+}
+
+/* pd_tcp.c */
+int pd_tcp_pool_get(struct pd_tcp *t, uint32_t n, struct pd_tcp_fifo *out);
+void pd_tcp_pool_put(struct pd_tcp *t, struct pd_tcp_fifo *f);
+void pd_tcp_cq_push(struct pd_tcp *t, struct pd_tcp_fifo *f);
+int pd_tcp_log_ok(struct pd_tcp *t);
+void pd_tcp_rx_stop(struct pd_tcp *t);
+
+/* pd_tcp_tx.c */
+void pd_tcp_peers_stop(struct pd_tcp *t);
+
+/* pd_tcp_io.c */
+void pd_tcp_fifo_append(struct pd_tcp_fifo *f, struct pd_tcp_node *n);
+struct pd_tcp_node *pd_tcp_fifo_pop(struct pd_tcp_fifo *f);
+void pd_tcp_fifo_splice(struct pd_tcp_fifo *dst, struct pd_tcp_fifo *src);
+int pd_tcp_addr_parse(const char *host, uint16_t port, struct sockaddr_storage *ss,
+		      socklen_t *len);
+/* A non-blocking, close-on-exec eventfd, or -errno. */
+int pd_tcp_eventfd(void);
+void pd_tcp_efd_signal(int fd);
+void pd_tcp_efd_drain(int fd);
+int pd_tcp_sock_tune(int fd);
+/* Start a data thread with every signal blocked (the broker's main thread
+ * handles signals; data threads never run handlers). */
+int pd_tcp_thread_start(pthread_t *thr, void *(*fn)(void *), void *arg);
+void pd_tcp_thread_join(pthread_t thr);
+/* poll() timeout for a deadline: -1 for none (0), 0 once passed. */
+int pd_tcp_wait_ms(uint64_t deadline_ns);
+/* deadline_ns 0: none. 0 when fd is ready; -ETIMEDOUT; -errno from check or poll. */
+int pd_tcp_io_wait(int fd, short events, uint64_t deadline_ns, const struct pd_tcp_wait *w);
+int pd_tcp_io_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns,
+		       const struct pd_tcp_wait *w);
+/* EOF before len bytes: -ECONNRESET. */
+int pd_tcp_io_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns,
+		       const struct pd_tcp_wait *w);
+
+/* Per-connection logs: rate limited per instance, safe from data threads. */
+#define PD_TCP_LOG_RL(t, lvl, ...)                                                     \
+	do {                                                                           \
+		if (PD_LOG_##lvl <= pd_log_level && pd_tcp_log_ok(t))                  \
+			pd_log_emit(PD_LOG_##lvl, "tcp", __FILE__, __LINE__, __VA_ARGS__); \
+	} while (0)
+
+#endif

@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TCP transport helpers: the frame header codec, node lists, address
+ * parsing, eventfds and socket waits bounded by a deadline and a wake fd.
+ */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "pd_err.h"
+#include "pd_tcp_int.h"
+#include "pd_time.h"
+
+/* ---- wire codec ------------------------------------------------------------- */
+
+void pd_tcp_hdr_encode(const struct pd_tcp_hdr *h, uint8_t out[PD_TCP_HDR_SIZE])
+{
+	struct pd_tcp_hdr w = {
+		.magic = htole32(h->magic),
+		.version = htole16(h->version),
+		.type = htole16(h->type),
+		.slot = htole32(h->slot),
+		.gen = htole32(h->gen),
+		.len = htole32(h->len),
+		.status = (int32_t)htole32((uint32_t)h->status),
+		.cookie = htole64(h->cookie),
+		.tag = htole64(h->tag),
+	};
+
+	memcpy(out, &w, PD_TCP_HDR_SIZE);
+}
+
+static int hdr_valid(const struct pd_tcp_hdr *h, uint32_t max_len)
+{
+	if (h->magic != PD_TCP_MAGIC || h->version != PD_TCP_WIRE_VERSION)
+		return 0;
+	if (h->status > 0 || h->status < -4095)
+		return 0;
+	switch (h->type) {
+	case PD_TCP_T_DATA:
+		return h->len <= max_len && h->status == 0;
+	case PD_TCP_T_HELLO:
+	case PD_TCP_T_ACK:
+		return h->len == 0;
+	default:
+		return 0;
+	}
+}
+
+int pd_tcp_hdr_decode(const uint8_t in[PD_TCP_HDR_SIZE], uint32_t max_len,
+		      struct pd_tcp_hdr *h)
+{
+	struct pd_tcp_hdr w;
+
+	memcpy(&w, in, PD_TCP_HDR_SIZE);
+	h->magic = le32toh(w.magic);
+	h->version = le16toh(w.version);
+	h->type = le16toh(w.type);
+	h->slot = le32toh(w.slot);
+	h->gen = le32toh(w.gen);
+	h->len = le32toh(w.len);
+	h->status = (int32_t)le32toh((uint32_t)w.status);
+	h->cookie = le64toh(w.cookie);
+	h->tag = le64toh(w.tag);
+	return hdr_valid(h, max_len) ? 0 : -EPROTO;
+}
+
+/* ---- node lists ------------------------------------------------------------- */
+
+void pd_tcp_fifo_append(struct pd_tcp_fifo *f, struct pd_tcp_node *n)
+{
+	n->next = NULL;
+	if (f->tail)
+		f->tail->next = n;
+	else
+		f->head = n;
+	f->tail = n;
+	f->n++;
+}
+
+struct pd_tcp_node *pd_tcp_fifo_pop(struct pd_tcp_fifo *f)
+{
+	struct pd_tcp_node *n = f->head;
+
+	if (!n)
+		return NULL;
+	f->head = n->next;
+	if (!f->head)
+		f->tail = NULL;
+	f->n--;
+	n->next = NULL;
+	return n;
+}
+
+/* Move all of src to the end of dst; src ends empty. */
+void pd_tcp_fifo_splice(struct pd_tcp_fifo *dst, struct pd_tcp_fifo *src)
+{
+	if (!src->head)
+		return;
+	if (dst->tail)
+		dst->tail->next = src->head;
+	else
+		dst->head = src->head;
+	dst->tail = src->tail;
+	dst->n += src->n;
+	*src = (struct pd_tcp_fifo){ 0 };
+}
+
+/* ---- addresses, eventfds, sockets ------------------------------------------- */
+
+int pd_tcp_addr_parse(const char *host, uint16_t port, struct sockaddr_storage *ss,
+		      socklen_t *len)
+{
+	struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (host && inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons(port);
+		*len = sizeof(*in4);
+		return 0;
+	}
+	if (host && inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		*len = sizeof(*in6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* An eventfd counter cannot overflow at one increment per event, so a
+ * failed write means a bad fd: a bug of ours, not a runtime condition. */
+void pd_tcp_efd_signal(int fd)
+{
+	uint64_t one = 1;
+	ssize_t r;
+
+	do
+		r = write(fd, &one, sizeof(one));
+	while (r < 0 && errno == EINTR);
+	PD_ASSERT(r == (ssize_t)sizeof(one) || errno == EAGAIN);
+}
+
+/* Reset a non-blocking eventfd (EAGAIN: already zero). */
+void pd_tcp_efd_drain(int fd)
+{
+	uint64_t v;
+	ssize_t r;
+
+	do
+		r = read(fd, &v, sizeof(v));
+	while (r < 0 && errno == EINTR);
+	PD_ASSERT(r == (ssize_t)sizeof(v) || errno == EAGAIN);
+}
+
+int pd_tcp_sock_tune(int fd)
+{
+	int one = 1;
+
+	return pd_sys_rc(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)));
+}
+
+/* Rounded up to whole ms, so a wait never ends just before its deadline. */
+int pd_tcp_wait_ms(uint64_t deadline_ns)
+{
+	uint64_t now, ms;
+
+	if (deadline_ns == 0)
+		return -1;
+	now = pd_now_ns();
+	if (now >= deadline_ns)
+		return 0;
+	ms = (deadline_ns - now + PD_NS_PER_MS - 1) / PD_NS_PER_MS;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+int pd_tcp_io_wait(int fd, short events, uint64_t deadline_ns, const struct pd_tcp_wait *w)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = fd, .events = events },
+		{ .fd = w ? w->wake_fd : -1, .events = POLLIN },
+	};
+	uint64_t idle_ns = w ? w->idle_ns : 0;
+	int rc;
+
+	if (idle_ns) {
+		uint64_t d = pd_now_ns() + idle_ns;
+
+		deadline_ns = deadline_ns && deadline_ns < d ? deadline_ns : d;
+	}
+	for (;;) {
+		int ms = pd_tcp_wait_ms(deadline_ns);
+
+		if (ms == 0)
+			return -ETIMEDOUT;
+		rc = pd_sys_rc(poll(pfd, 2, ms));
+		if (rc == -EINTR)
+			continue;
+		if (rc < 0)
+			return rc;
+		if (pfd[1].revents) {
+			rc = w->check(w->arg);
+			if (rc < 0)
+				return rc;
+		}
+		if (pfd[0].revents)
+			return 0;
+	}
+}
+
+int pd_tcp_io_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns,
+		       const struct pd_tcp_wait *w)
+{
+	const uint8_t *p = buf;
+	size_t off = 0;
+
+	while (off < len) {
+		ssize_t r = send(fd, p + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int rc = r < 0 ? -errno : 0;
+
+		if (r > 0)
+			off += (size_t)r;
+		else if (rc == -EAGAIN)
+			rc = pd_tcp_io_wait(fd, POLLOUT, deadline_ns, w);
+		if (rc < 0 && rc != -EINTR)
+			return rc;
+	}
+	return 0;
+}
+
+int pd_tcp_io_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns,
+		       const struct pd_tcp_wait *w)
+{
+	uint8_t *p = buf;
+	size_t off = 0;
+
+	while (off < len) {
+		ssize_t r = recv(fd, p + off, len - off, MSG_DONTWAIT);
+		int rc = r < 0 ? -errno : 0;
+
+		if (r == 0)
+			return -ECONNRESET;
+		if (r > 0)
+			off += (size_t)r;
+		else if (rc == -EAGAIN)
+			rc = pd_tcp_io_wait(fd, POLLIN, deadline_ns, w);
+		if (rc < 0 && rc != -EINTR)
+			return rc;
+	}
+	return 0;
+}
+
+int pd_tcp_eventfd(void)
+{
+	return pd_sys_rc(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+}
+
+int pd_tcp_thread_start(pthread_t *thr, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	int rc, rc2;
+
+	(void)sigfillset(&all);
+	rc = pd_pthread_rc(pthread_sigmask(SIG_BLOCK, &all, &old));
+	if (rc < 0)
+		return rc;
+	rc = pd_pthread_rc(pthread_create(thr, NULL, fn, arg));
+	rc2 = pthread_sigmask(SIG_SETMASK, &old, NULL);
+	PD_ASSERT(rc2 == 0);
+	return rc;
+}
+
+void pd_tcp_thread_join(pthread_t thr)
+{
+	int rc = pthread_join(thr, NULL);
+
+	PD_ASSERT(rc == 0);
+}

@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "pd_proc.h"
+#include "pd_test.h"
+#include "pd_time.h"
+
+#ifndef PD_BUILD_DIR
+#define PD_BUILD_DIR "build/release"
+#endif
+
+int pd_test_free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	(void)close(fd);
+	return port;
+}
+
+static void exec_broker(const struct pd_test_broker *b, const char *const *args)
+{
+	const char *argv[64] = { PD_BUILD_DIR "/pdbroker", "--name", b->name, "--rundir",
+				 b->rundir, "--ctrl", b->ctrl, "--data", "127.0.0.1:0" };
+	int n = 9, fd = open(b->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	for (; args && *args && n < 62; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	if (fd >= 0) {
+		(void)dup2(fd, 2);
+		(void)close(fd);
+	}
+	execv(argv[0], (char *const *)(uintptr_t)argv); /* execv's prototype predates const */
+	_exit(127);
+}
+
+static int wait_socket(const struct pd_test_broker *b, uint32_t ms)
+{
+	uint64_t deadline = pd_deadline_ms(ms);
+	char path[200];
+	struct stat st;
+
+	(void)snprintf(path, sizeof(path), "%s/%s.sock", b->rundir, b->name);
+	while (stat(path, &st) < 0) {
+		if (pd_now_ns() >= deadline || kill(b->pid, 0) < 0)
+			return -ETIMEDOUT;
+		(void)usleep(2000);
+	}
+	return 0;
+}
+
+int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *const *args)
+{
+	int port = pd_test_free_port();
+
+	if (port < 0)
+		return port;
+	pd_test_name(b->name, sizeof(b->name), tag);
+	(void)snprintf(b->rundir, sizeof(b->rundir), "/tmp/pdkv-it-%d", (int)getpid());
+	(void)snprintf(b->ctrl, sizeof(b->ctrl), "tcp://127.0.0.1:%d", port);
+	(void)snprintf(b->log, sizeof(b->log), "%s/%s.log", b->rundir, b->name);
+	(void)mkdir(b->rundir, 0700);
+	b->pid = fork();
+	if (b->pid < 0)
+		return -errno;
+	if (b->pid == 0)
+		exec_broker(b, args);
+	return wait_socket(b, 10000);
+}
+
+int pd_test_broker_stop(struct pd_test_broker *b)
+{
+	int rc;
+
+	if (b->pid <= 0)
+		return 0;
+	(void)kill(b->pid, SIGTERM);
+	rc = pd_test_wait(b->pid, 10000);
+	b->pid = 0;
+	return rc;
+}
+
+void pd_test_broker_dump_log(const struct pd_test_broker *b)
+{
+	char line[512];
+	FILE *f = fopen(b->log, "r");
+
+	if (!f)
+		return;
+	fprintf(stderr, "---- log of %s ----\n", b->name);
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	(void)fclose(f);
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_TESTS_SUPPORT_PD_PROC_H
+#define PD_TESTS_SUPPORT_PD_PROC_H
+
+/* Integration-test helpers: real pdbroker processes on loopback. */
+#include <stdint.h>
+#include <sys/types.h>
+
+struct pd_test_broker {
+	pid_t pid;
+	char name[64];
+	char rundir[96];
+	char ctrl[64];              /* tcp://127.0.0.1:PORT */
+	char log[192];              /* its stderr */
+};
+
+/* A TCP port that was free a moment ago (bind to 0, read, close). */
+int pd_test_free_port(void);
+
+/* Start build/<variant>/pdbroker with the given extra arguments (NULL-
+ * terminated), a unique name and rundir, and a fresh control port; wait
+ * (bounded) until its attach socket exists. 0 or -errno. */
+int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *const *args);
+
+/* SIGTERM, wait (bounded), SIGKILL if needed; print its log on request. */
+int pd_test_broker_stop(struct pd_test_broker *b);
+void pd_test_broker_dump_log(const struct pd_test_broker *b);
+
+#endif

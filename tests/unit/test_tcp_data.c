@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TCP transport (broker/pd_tcp*.c) over real loopback sockets: transfers
+ * that must succeed, every byte verified and every cookie completed exactly
+ * once; the completion eventfd; two peers at once; an idle instance using
+ * no CPU. The fixture is tcp_fixture.h; failures are in test_tcp.c.
+ */
+#include "tcp_fixture.h"
+
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+
+/* Post x[0..n) in batches of 1..max_batch, polling as it goes; then wait
+ * for the rest. Returns the completions in c (n of them). */
+static void post_all(struct pd_tcp *t, uint32_t peer, const struct pd_tcp_xfer *x, uint32_t n,
+		     uint32_t max_batch, uint64_t seed, struct pd_tcp_cpl *c)
+{
+	uint32_t posted = 0, got = 0;
+
+	while (posted < n) {
+		uint32_t b = 1 + (uint32_t)(fx_mix(seed + posted) % max_batch);
+		int rc;
+
+		b = b < n - posted ? b : n - posted;
+		rc = pd_tcp_post(t, peer, x + posted, b);
+		if (rc == -EAGAIN) {
+			got += fx_wait(t, c + got, 1, FX_WAIT_MS);
+			continue;
+		}
+		assert_int_equal(rc, (int)b);
+		posted += b;
+		rc = pd_tcp_poll(t, c + got, n - got);
+		assert_true(rc >= 0);
+		got += (uint32_t)rc;
+	}
+	got += fx_wait(t, c + got, n - got, FX_WAIT_MS);
+	assert_int_equal(got, n);
+}
+
+static void assert_all_ok(const struct pd_tcp_cpl *c, uint32_t n, uint32_t peer)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		assert_int_equal(c[i].status, 0);
+		assert_int_equal(c[i].kind, PD_TCP_CPL_WRITE);
+		assert_int_equal(c[i].peer, peer);
+	}
+}
+
+static void test_one_4k(void **state)
+{
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	uint8_t src[4 * KIB];
+	struct pd_tcp_xfer x[2];
+	struct pd_tcp_cpl cpl[2];
+	struct pd_tcp_stats tx, rx;
+
+	fx_open(f, &c);
+	fx_pattern(src, sizeof(src), 42);
+	fx_grant(f, 5, 3, 0xabc);
+	fx_grant(f, 6, 1, 0xabd);
+	x[0] = fx_xfer(77, src, sizeof(src), 5, 3, 0xabc);
+	x[1] = fx_xfer(78, NULL, 0, 6, 1, 0xabd);   /* an empty write is a write */
+	fx_connect(f, FX_TOKEN);
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, x, 1), 1);
+	assert_int_equal(fx_wait(f->tx, cpl, 1, FX_WAIT_MS), 1);
+	assert_int_equal(cpl[0].cookie, 77);
+	assert_all_ok(cpl, 1, FX_PEER);
+	assert_memory_equal(f->arena + 5 * c.slot_size, src, sizeof(src));
+	assert_int_equal(f->arena[5 * c.slot_size + sizeof(src)], 0xa5);
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
+	assert_int_equal(fx_wait(f->tx, cpl, 1, FX_WAIT_MS), 1);
+	assert_int_equal(cpl[0].cookie, 78);
+	assert_all_ok(cpl, 1, FX_PEER);
+	assert_int_equal(fx_get(f, &f->landed_ok), 2);
+	tx = fx_stats(f->tx);
+	rx = fx_stats(f->rx);
+	assert_int_equal(tx.frames_tx, 2);
+	assert_int_equal(tx.bytes_tx, sizeof(src));
+	assert_int_equal(tx.acks_rx, 2);
+	assert_int_equal(tx.writes_ok, 2);
+	assert_int_equal(rx.frames_rx, 2);
+	assert_int_equal(rx.bytes_rx, sizeof(src));
+	assert_int_equal(rx.acks_tx, 2);
+	FX_WAIT_STAT(f->rx, conns_accepted, c.lanes);      /* lanes connect on their own */
+	assert_int_equal(tx.writes_failed + tx.conn_errors + tx.proto_errors, 0);
+	assert_int_equal(rx.conn_errors + rx.proto_errors + rx.writes_rejected, 0);
+}
+
+/* 1000 writes of random sizes (0..32 KiB) over 2 lanes, many in flight. */
+static void test_random_1000(void **state)
+{
+	enum { N = 1000, SLOT = 32 * KIB };
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	uint8_t *src = malloc((size_t)N * SLOT);
+	struct pd_tcp_xfer *x = calloc(N, sizeof(*x));
+	struct pd_tcp_cpl *cpl = calloc(N + 1, sizeof(*cpl));
+	uint64_t bytes = 0;
+
+	assert_non_null(src);
+	assert_non_null(x);
+	assert_non_null(cpl);
+	c.nslots = N;
+	c.slot_size = SLOT;
+	fx_open(f, &c);
+	fx_pattern(src, (size_t)N * SLOT, 1000);
+	for (uint32_t i = 0; i < N; i++) {
+		uint32_t len = (uint32_t)(fx_mix(i) % (SLOT + 1));
+
+		fx_grant(f, i, i + 1, i * 7);
+		x[i] = fx_xfer(i, src + (size_t)i * SLOT, len, i, i + 1, i * 7);
+		bytes += len;
+	}
+	fx_connect(f, FX_TOKEN);
+	post_all(f->tx, FX_PEER, x, N, 64, 5, cpl);
+	fx_assert_once(cpl, N, N);
+	assert_all_ok(cpl, N, FX_PEER);
+	assert_int_equal(pd_tcp_poll(f->tx, cpl, 1), 0);
+	for (uint32_t i = 0; i < N; i++) {
+		const uint8_t *slot = f->arena + (size_t)i * SLOT;
+
+		assert_memory_equal(slot, x[i].src, x[i].len);
+		if (x[i].len < SLOT)
+			assert_int_equal(slot[x[i].len], 0xa5);  /* not one byte more */
+	}
+	assert_int_equal(fx_get(f, &f->landed_ok), N);
+	assert_int_equal(fx_stats(f->rx).bytes_rx, bytes);
+	assert_int_equal(fx_stats(f->tx).bytes_tx, bytes);
+	assert_int_equal(fx_stats(f->tx).acks_rx, N);
+	free(cpl);
+	free(x);
+	free(src);
+}
+
+/* 64 chunks of 4 MiB: 4 rounds over 16 slots, each verified. */
+static void test_64x4mib(void **state)
+{
+	enum { SLOTS = 16, ROUNDS = 4, LEN = 4 * MIB };
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	uint8_t *src = malloc((size_t)SLOTS * LEN);
+	struct pd_tcp_xfer x[SLOTS];
+	struct pd_tcp_cpl cpl[SLOTS];
+
+	assert_non_null(src);
+	c.nslots = SLOTS;
+	c.slot_size = LEN;
+	fx_open(f, &c);
+	fx_pattern(src, (size_t)SLOTS * LEN, 64);
+	fx_connect(f, FX_TOKEN);
+	for (uint32_t r = 0; r < ROUNDS; r++) {
+		memset(f->arena, 0, f->arena_len);
+		for (uint32_t i = 0; i < SLOTS; i++) {
+			const uint8_t *chunk = src + (size_t)((i + r) % SLOTS) * LEN;
+
+			fx_grant(f, i, r + 1, r);
+			x[i] = fx_xfer(r * SLOTS + i, chunk, LEN, i, r + 1, r);
+		}
+		assert_int_equal(pd_tcp_post(f->tx, FX_PEER, x, SLOTS), SLOTS);
+		assert_int_equal(fx_wait(f->tx, cpl, SLOTS, FX_WAIT_MS), SLOTS);
+		assert_all_ok(cpl, SLOTS, FX_PEER);
+		for (uint32_t i = 0; i < SLOTS; i++) {
+			uint32_t k = (uint32_t)cpl[i].cookie - r * SLOTS;
+
+			assert_true(k < SLOTS);
+			assert_memory_equal(f->arena + (size_t)k * LEN, x[k].src, LEN);
+		}
+	}
+	assert_int_equal(fx_stats(f->rx).bytes_rx, (uint64_t)ROUNDS * SLOTS * LEN);
+	free(src);
+}
+
+static int readable(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+/* Readable exactly while completions are pending. */
+static void test_event_fd(void **state)
+{
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	static uint8_t src[4][KIB];
+	struct pd_tcp_xfer x[4];
+	struct pd_tcp_cpl cpl[4];
+	int efd;
+
+	fx_open(f, &c);
+	efd = pd_tcp_event_fd(f->tx);
+	assert_true(efd >= 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		fx_grant(f, i, 1, 1);
+		x[i] = fx_xfer(i, src[i], KIB, i, 1, 1);
+	}
+	fx_connect(f, FX_TOKEN);
+	assert_false(readable(efd, 0));
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, x, 1), 1);
+	assert_true(readable(efd, FX_WAIT_MS));
+	assert_true(readable(efd, 0));                 /* level: stays readable */
+	assert_int_equal(pd_tcp_poll(f->tx, cpl, 4), 1);
+	assert_false(readable(efd, 0));
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, x + 1, 3), 3);
+	FX_WAIT_STAT(f->tx, writes_ok, 4);
+	assert_true(readable(efd, 0));
+	assert_int_equal(pd_tcp_poll(f->tx, cpl, 1), 1);
+	assert_true(readable(efd, 0));                 /* two still pending */
+	assert_int_equal(pd_tcp_poll(f->tx, cpl, 4), 2);
+	assert_false(readable(efd, 0));
+	assert_int_equal(pd_tcp_poll(f->tx, cpl, 4), 0);
+	assert_false(readable(efd, 0));
+}
+
+/* Two peers on one sender, both into one receiver, interleaved. */
+static void test_two_peers(void **state)
+{
+	enum { N = 100, LEN = 8 * KIB };
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	uint8_t *src = malloc((size_t)2 * N * LEN);
+	struct pd_tcp_xfer x[2 * N];
+	struct pd_tcp_cpl cpl[2 * N];
+	uint32_t per[2] = { 0, 0 };
+
+	assert_non_null(src);
+	c.nslots = 2 * N;
+	c.slot_size = LEN;
+	fx_open(f, &c);
+	fx_pattern(src, (size_t)2 * N * LEN, 2);
+	for (uint32_t i = 0; i < 2 * N; i++) {
+		fx_grant(f, i, 1, i);
+		x[i] = fx_xfer(i, src + (size_t)i * LEN, LEN, i, 1, i);
+	}
+	assert_int_equal(pd_tcp_connect(f->tx, 10, FX_HOST, f->port, FX_TOKEN), 0);
+	assert_int_equal(pd_tcp_connect(f->tx, 11, FX_HOST, f->port, FX_TOKEN), 0);
+	for (uint32_t i = 0; i < N; i += 10) {
+		assert_int_equal(pd_tcp_post(f->tx, 10, x + i, 10), 10);
+		assert_int_equal(pd_tcp_post(f->tx, 11, x + N + i, 10), 10);
+	}
+	assert_int_equal(fx_wait(f->tx, cpl, 2 * N, FX_WAIT_MS), 2 * N);
+	fx_assert_once(cpl, 2 * N, 2 * N);
+	for (uint32_t i = 0; i < 2 * N; i++) {
+		assert_int_equal(cpl[i].status, 0);
+		assert_int_equal(cpl[i].peer, cpl[i].cookie < N ? 10 : 11);
+		per[cpl[i].peer - 10]++;
+	}
+	assert_int_equal(per[0], N);
+	assert_int_equal(per[1], N);
+	assert_memory_equal(f->arena, src, (size_t)2 * N * LEN);
+	FX_WAIT_STAT(f->rx, conns_accepted, 2 * c.lanes);
+	free(src);
+}
+
+/* utime + stime of the whole process, in clock ticks. */
+static uint64_t cpu_ticks(void)
+{
+	char buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *fp = fopen("/proc/self/stat", "r");
+	size_t n;
+
+	assert_non_null(fp);
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');               /* comm may hold spaces */
+	assert_non_null(p);
+	/* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt cmajflt utime(14) stime(15) */
+	assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+				&ut, &st), 2);
+	return (uint64_t)ut + st;
+}
+
+/* Connected, listening, nothing to do: threads sleep in poll(). Tolerant
+ * bound: 5% of a core over 1 s (clock ticks are 10 ms coarse). */
+static void test_idle_cpu(void **state)
+{
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	uint8_t src[KIB] = { 0 };
+	struct pd_tcp_xfer x = fx_xfer(1, src, sizeof(src), 0, 1, 1);
+	struct pd_tcp_cpl cpl;
+	long hz = sysconf(_SC_CLK_TCK);
+	uint64_t t0, used_ms;
+
+	fx_open(f, &c);
+	fx_grant(f, 0, 1, 1);
+	fx_connect(f, FX_TOKEN);
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x, 1), 1);   /* lanes up */
+	assert_int_equal(fx_wait(f->tx, &cpl, 1, FX_WAIT_MS), 1);
+	assert_int_equal(cpl.status, 0);
+	fx_sleep_ms(50);
+	t0 = cpu_ticks();
+	fx_sleep_ms(1000);
+	used_ms = (cpu_ticks() - t0) * 1000 / (uint64_t)hz;
+	print_message("idle: %" PRIu64 " ms of CPU in 1000 ms\n", used_ms);
+	assert_true(used_ms <= 50);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_one_4k, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_random_1000, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_64x4mib, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_event_fd, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_two_peers, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_idle_cpu, fx_setup, fx_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
