@@ -1,26 +1,88 @@
 /* SPDX-License-Identifier: MIT */
 /* Real prefill -> decode transfers between pdbroker processes over TCP. */
-#include <unistd.h>
+#include <time.h>
 
 #include "it_fixture.h"
+
+static void release_all(struct it *t, const char *req)
+{
+	assert_int_equal(pd_recv_release(t->da, req), 0);
+}
 
 /* 1P1D: 64 chunks in 8 batches, every byte verified, pools full again. */
 static void test_1p1d_64_chunks_in_8_batches(void **state)
 {
 	struct it *t = it_start(16, 64);
-	uint64_t deadline;
 
 	(void)state;
 	for (uint32_t b = 0; b < 8; b++)
 		assert_int_equal(it_put(t, "req-a", b * 8, 8, 64), 0);
 	it_expect_event(t, "req-a", PD_EV_PUT_DONE);
 	it_verify(t, "req-a", 64);
-	assert_int_equal(pd_recv_release(t->da, "req-a"), 0);
-	deadline = pd_deadline_ms(2000);
-	while (it_free_slots(&t->d, 1) != 64 && pd_now_ns() < deadline)
-		(void)usleep(10000);
-	assert_int_equal(it_free_slots(&t->d, 1), 64);
-	assert_int_equal(it_free_slots(&t->p, 0), 16);
+	release_all(t, "req-a");
+	assert_int_equal(it_wait_free(&t->d, 1, 64), 64);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	it_stop(t, 0);
+}
+
+/* The seed's scenario: recv pool 10, A and B of 8 chunks in batches of 4,
+ * interleaved: B is admitted only once A is released; both complete. */
+static void test_seed_interleaved_batches_both_complete(void **state)
+{
+	struct it *t = it_start(16, 10);
+	struct pd_recv_info info;
+
+	(void)state;
+	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
+	assert_int_equal(it_put(t, "B", 0, 4, 8), 0);
+	assert_int_equal(it_put(t, "A", 4, 4, 8), 0);
+	assert_int_equal(it_put(t, "B", 4, 4, 8), 0);
+	it_expect_event(t, "A", PD_EV_PUT_DONE);
+	it_verify(t, "A", 8);
+	assert_int_equal(pd_recv_wait(t->da, "B", 300, &info), -ETIMEDOUT); /* not admitted */
+	release_all(t, "A");
+	it_expect_event(t, "B", PD_EV_PUT_DONE);
+	it_verify(t, "B", 8);
+	release_all(t, "B");
+	assert_int_equal(it_wait_free(&t->d, 1, 10), 10);
+	it_stop(t, 0);
+}
+
+/* One sender, recv pool 10: A=8 in two batches, B=8 submitted between them. */
+static void test_one_sender_b_between_a_batches(void **state)
+{
+	struct it *t = it_start(24, 10);
+
+	(void)state;
+	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
+	assert_int_equal(it_put(t, "B", 0, 8, 8), 0);
+	assert_int_equal(it_put(t, "A", 4, 4, 8), 0);
+	it_expect_event(t, "A", PD_EV_PUT_DONE);
+	it_verify(t, "A", 8);
+	release_all(t, "A");
+	it_expect_event(t, "B", PD_EV_PUT_DONE);
+	it_verify(t, "B", 8);
+	release_all(t, "B");
+	assert_int_equal(it_wait_free(&t->d, 1, 10), 10);
+	it_stop(t, 0);
+}
+
+/* 2P1D: recv pool 20, A=10 from one prefill broker, B=10 from another:
+ * both are admitted without waiting (READY before anything is released). */
+static void test_2p1d_both_admitted_at_once(void **state)
+{
+	struct it *t = it_start_n(16, 20, 2, NULL);
+
+	(void)state;
+	assert_int_equal(it_put_from(t, t->pa, "A", 0, 10, 10), 0);
+	assert_int_equal(it_put_from(t, t->pa2, "B", 0, 10, 10), 0);
+	(void)it_expect_event_from(t->pa, "A", PD_EV_PUT_DONE);
+	(void)it_expect_event_from(t->pa2, "B", PD_EV_PUT_DONE);
+	it_verify(t, "A", 10);
+	it_verify(t, "B", 10);
+	release_all(t, "A");
+	release_all(t, "B");
+	assert_int_equal(it_wait_free(&t->d, 1, 20), 20);
 	it_stop(t, 0);
 }
 
@@ -28,6 +90,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_1p1d_64_chunks_in_8_batches),
+		cmocka_unit_test(test_seed_interleaved_batches_both_complete),
+		cmocka_unit_test(test_one_sender_b_between_a_batches),
+		cmocka_unit_test(test_2p1d_both_admitted_at_once),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
