@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/* Aborts, deaths and notifications between real pdbroker processes. */
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "it_fixture.h"
+#include "pd_test.h"
+#include "pd_wire.h"
+
+/* Cancel between batches: PUT_FAILED(-ECANCELED), the receiver frees
+ * everything, a later batch of the request is refused. */
+static void test_cancel_between_batches(void **state)
+{
+	struct it *t = it_start(16, 16);
+	pd_slot_ref r[1];
+	struct pd_recv_info info;
+
+	(void)state;
+	assert_int_equal(it_put(t, "C", 0, 4, 8), 0);
+	assert_int_equal(pd_cancel(t->pa, "C"), 0);
+	assert_int_equal(it_expect_event_from(t->pa, "C", PD_EV_PUT_FAILED), -ECANCELED);
+	assert_int_equal(pd_alloc(t->pa, "C", 1, r, 100), -ECANCELED);
+	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	assert_int_equal(pd_recv_wait(t->da, "C", 2000, &info), 0);
+	assert_int_equal(info.status, -ECANCELED);
+	it_stop(t, 0);
+}
+
+static int agent_dies_mid_request(void *arg)
+{
+	struct it *t = arg;
+	struct pd_agent_opts o;
+	struct pd_agent *a;
+	pd_slot_ref r[3];
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = t->p.name;
+	o.rundir = t->p.rundir;
+	if (pd_agent_attach(&o, &a) < 0)
+		return 1;
+	t->pa = a; /* in this process only */
+	if (it_put(t, "K", 0, 4, 8) < 0 || pd_alloc(a, "K", 3, r, 1000) < 0)
+		return 2;
+	(void)raise(SIGKILL); /* holding 3 loans, with a batch queued */
+	return 3;
+}
+
+/* An agent SIGKILLed holding loans and with a batch in flight: the broker
+ * reclaims everything and the receiver's side is rolled back. */
+static void test_killed_agent_is_reclaimed(void **state)
+{
+	struct it *t = it_start(16, 16);
+
+	(void)state;
+	assert_int_equal(pd_test_wait(pd_test_fork(agent_dies_mid_request, t), 10000),
+			 128 + SIGKILL);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
+	/* The broker still serves. */
+	assert_int_equal(it_put(t, "L", 0, 2, 2), 0);
+	it_expect_event(t, "L", PD_EV_PUT_DONE);
+	it_verify(t, "L", 2);
+	assert_int_equal(pd_recv_release(t->da, "L"), 0);
+	it_stop(t, 0);
+}
+
+/* A prompt shorter than one chunk: a zero-chunk last batch still yields
+ * exactly one ProxyNotif, which decodes as LMCache's. */
+static void test_zero_chunk_request_notifies_the_proxy_once(void **state)
+{
+	void *ctx = zmq_ctx_new(), *pull = zmq_socket(ctx, ZMQ_PULL);
+	char ep[64], buf[4096];
+	size_t eplen = sizeof(ep);
+	struct pd_wire_dec dec;
+	struct pd_msg m;
+	struct it *t;
+	int timeout = 5000, n;
+
+	(void)state;
+	assert_int_equal(zmq_bind(pull, "tcp://127.0.0.1:*"), 0);
+	assert_int_equal(zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, ep, &eplen), 0);
+	assert_int_equal(zmq_setsockopt(pull, ZMQ_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+	t = it_start_n(16, 16, 1, ep);
+	assert_int_equal(it_put(t, "Z", 0, 0, 0), 0);
+	it_expect_event(t, "Z", PD_EV_PUT_DONE);
+	n = zmq_recv(pull, buf, sizeof(buf), 0);
+	assert_true(n > 0);
+	pd_wire_dec_init(&dec);
+	assert_int_equal(pd_wire_decode(&dec, buf, (size_t)n, &m, NULL, 0), 0);
+	assert_int_equal(m.type, PD_MSG_PROXY);
+	assert_int_equal(m.u.proxy.req_id.len, 1);
+	assert_memory_equal(m.u.proxy.req_id.p, "Z", 1);
+	/* LMCache's shape leads: {"type": "ProxyNotif", "req_id": ...}. */
+	assert_memory_equal(buf + 1, "\xa4typeProxyNotif", 5);
+	pd_wire_dec_fini(&dec);
+	timeout = 300;
+	assert_int_equal(zmq_setsockopt(pull, ZMQ_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+	assert_int_equal(zmq_recv(pull, buf, sizeof(buf), 0), -1); /* exactly one */
+	it_stop(t, 0);
+	(void)zmq_close(pull);
+	(void)zmq_ctx_term(ctx);
+}
+
+static uint64_t cpu_ticks(pid_t pid)
+{
+	char path[64], b[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	p = fgets(b, sizeof(b), f) ? strrchr(b, ')') : NULL;
+	(void)fclose(f);
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+			 &st) != 2)
+		return 0;
+	return ut + st;
+}
+
+/* An idle broker (an agent attached, nothing to do) sleeps. */
+static void test_idle_broker_uses_no_cpu(void **state)
+{
+	struct it *t = it_start(16, 16);
+	uint64_t before = cpu_ticks(t->d.pid) + cpu_ticks(t->p.pid), after;
+	struct timespec two = { 2, 0 };
+
+	(void)state;
+	(void)nanosleep(&two, NULL);
+	after = cpu_ticks(t->d.pid) + cpu_ticks(t->p.pid);
+	/* 2 % of one core over 2 s, for two brokers: 2 x 4 ticks at 100 Hz. */
+	assert_true(after - before <= (uint64_t)(8 * sysconf(_SC_CLK_TCK) / 100));
+	it_stop(t, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cancel_between_batches),
+		cmocka_unit_test(test_killed_agent_is_reclaimed),
+		cmocka_unit_test(test_zero_chunk_request_notifies_the_proxy_once),
+		cmocka_unit_test(test_idle_broker_uses_no_cpu),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
