@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <stdint.h>
@@ -46,6 +47,7 @@ static void exec_broker(const struct pd_test_broker *b, const char *const *args)
 		(void)dup2(fd, 2);
 		(void)close(fd);
 	}
+	(void)prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
 	execv(argv[0], (char *const *)(uintptr_t)argv); /* execv's prototype predates const */
 	_exit(127);
 }
@@ -63,6 +65,21 @@ static int wait_socket(const struct pd_test_broker *b, uint32_t ms)
 		(void)usleep(2000);
 	}
 	return 0;
+}
+
+int pd_test_broker_restart(struct pd_test_broker *b, const char *const *args)
+{
+	char path[200];
+
+	/* The dead one's socket file stays: wait for the new one's, not that. */
+	(void)snprintf(path, sizeof(path), "%s/%s.sock", b->rundir, b->name);
+	(void)unlink(path);
+	b->pid = fork();
+	if (b->pid < 0)
+		return -errno;
+	if (b->pid == 0)
+		exec_broker(b, args);
+	return wait_socket(b, 10000);
 }
 
 int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *const *args)

@@ -22,6 +22,10 @@ int pd_test_free_port(void);
  * (bounded) until its attach socket exists. 0 or -errno. */
 int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *const *args);
 
+/* Start b again under the same name, rundir and control endpoint (after a
+ * kill: the stale segment and socket are taken over). 0 or -errno. */
+int pd_test_broker_restart(struct pd_test_broker *b, const char *const *args);
+
 /* SIGTERM, wait (bounded), SIGKILL if needed; print its log on request. */
 int pd_test_broker_stop(struct pd_test_broker *b);
 void pd_test_broker_dump_log(const struct pd_test_broker *b);
