@@ -67,6 +67,17 @@ static int wait_socket(const struct pd_test_broker *b, uint32_t ms)
 	return 0;
 }
 
+/* Fork and exec the broker, then wait for its socket. */
+static int spawn(struct pd_test_broker *b, const char *const *args)
+{
+	b->pid = fork();
+	if (b->pid < 0)
+		return -errno;
+	if (b->pid == 0)
+		exec_broker(b, args);
+	return wait_socket(b, 10000);
+}
+
 int pd_test_broker_restart(struct pd_test_broker *b, const char *const *args)
 {
 	char path[200];
@@ -74,12 +85,7 @@ int pd_test_broker_restart(struct pd_test_broker *b, const char *const *args)
 	/* The dead one's socket file stays: wait for the new one's, not that. */
 	(void)snprintf(path, sizeof(path), "%s/%s.sock", b->rundir, b->name);
 	(void)unlink(path);
-	b->pid = fork();
-	if (b->pid < 0)
-		return -errno;
-	if (b->pid == 0)
-		exec_broker(b, args);
-	return wait_socket(b, 10000);
+	return spawn(b, args);
 }
 
 int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *const *args)
@@ -93,12 +99,7 @@ int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *
 	(void)snprintf(b->ctrl, sizeof(b->ctrl), "tcp://127.0.0.1:%d", port);
 	(void)snprintf(b->log, sizeof(b->log), "%s/%s.log", b->rundir, b->name);
 	(void)mkdir(b->rundir, 0700);
-	b->pid = fork();
-	if (b->pid < 0)
-		return -errno;
-	if (b->pid == 0)
-		exec_broker(b, args);
-	return wait_socket(b, 10000);
+	return spawn(b, args);
 }
 
 int pd_test_broker_stop(struct pd_test_broker *b)

@@ -128,6 +128,32 @@ static inline void rxf_destroy(struct rx_fx *f)
 	free(f);
 }
 
+static inline int rxf_setup10(void **state)
+{
+	*state = rxf_create(10, 64);
+	return 0;
+}
+
+static inline int rxf_setup20(void **state)
+{
+	*state = rxf_create(20, 64);
+	return 0;
+}
+
+static inline int rxf_teardown(void **state)
+{
+	rxf_destroy(*state);
+	return 0;
+}
+
+static inline struct pd_rx_stats rxf_stats(struct rx_fx *f)
+{
+	struct pd_rx_stats st;
+
+	pd_rx_get_stats(f->rx, &st);
+	return st;
+}
+
 /* The engine is consistent and, when idle, holds nothing. */
 static inline void rxf_check(struct rx_fx *f)
 {

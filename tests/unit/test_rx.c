@@ -2,33 +2,7 @@
 /* Receiver engine: each scenario is named after what it proves. */
 #include "rx_fixture.h"
 
-#define S (1000000000ull)
 
-static int setup10(void **state)
-{
-	*state = rxf_create(10, 64);
-	return 0;
-}
-
-static int setup20(void **state)
-{
-	*state = rxf_create(20, 64);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	rxf_destroy(*state);
-	return 0;
-}
-
-static struct pd_rx_stats stats(struct rx_fx *f)
-{
-	struct pd_rx_stats st;
-
-	pd_rx_get_stats(f->rx, &st);
-	return st;
-}
 
 /* ---- negative cases ------------------------------------------------------------ */
 
@@ -97,8 +71,8 @@ static void test_immediate_rejections(void **state)
 	assert_int_equal(rxf_last(f)->err, -E2BIG);
 	assert_int_equal(rxf_alloc(f, &gang), 0); /* 6 x 2 > 10 */
 	assert_int_equal(rxf_last(f)->err, -E2BIG);
-	assert_int_equal(stats(f).rejected_zero, 1);
-	assert_int_equal(stats(f).rejected_big, 2);
+	assert_int_equal(rxf_stats(f).rejected_zero, 1);
+	assert_int_equal(rxf_stats(f).rejected_big, 2);
 	rxf_assert_empty(f);
 }
 
@@ -114,7 +88,7 @@ static void test_too_many_requests_is_ebusy(void **state)
 	b.req = "c", b.seq = 3;
 	assert_int_equal(rxf_alloc(f, &b), 0);
 	assert_int_equal(rxf_last(f)->err, -EBUSY);
-	assert_int_equal(stats(f).rejected_busy, 1);
+	assert_int_equal(rxf_stats(f).rejected_busy, 1);
 	rxf_destroy(f);
 }
 
@@ -138,7 +112,7 @@ static void test_seed_b_waits_until_a_released(void **state)
 	assert_int_equal(rxf_alloc(f, &b2), 1);
 	assert_null(rxf_reply_for(f, 1, 2));
 	assert_int_equal(f->nready, 1);
-	assert_int_equal(stats(f).waiting_requests, 1);
+	assert_int_equal(rxf_stats(f).waiting_requests, 1);
 	assert_int_equal(rxf_release(f, "A"), 0);
 	/* B admitted: both held batches answered, in order. */
 	assert_int_equal(rxf_got(f, 1, 2)->err, 0);
@@ -208,32 +182,29 @@ static void test_fifo_small_requests_do_not_overtake(void **state)
 		(void)snprintf(name, sizeof(name), "s%u", i);
 		assert_int_equal(rxf_alloc(f, &s), 1); /* fits, but W is first */
 	}
-	assert_int_equal(stats(f).waiting_requests, 6);
+	assert_int_equal(rxf_stats(f).waiting_requests, 6);
 	assert_int_equal(rxf_release(f, "H"), 0);
 	/* W (9) and then s0 (1) fit in 10; the rest still wait. */
 	assert_int_equal(rxf_got(f, 1, 2)->err, 0);
 	assert_int_equal(rxf_got(f, 1, 10)->err, 0);
 	assert_null(rxf_reply_for(f, 1, 11));
-	assert_int_equal(stats(f).waiting_requests, 4);
+	assert_int_equal(rxf_stats(f).waiting_requests, 4);
 	rxf_check(f);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_create_rejects_bad_opts, setup10, teardown),
-		cmocka_unit_test_setup_teardown(test_malformed_alloc_is_answered_with_einval,
-						setup10, teardown),
-		cmocka_unit_test_setup_teardown(test_immediate_rejections, setup10, teardown),
+#define T(fn, setup) cmocka_unit_test_setup_teardown(fn, setup, rxf_teardown)
+		T(test_create_rejects_bad_opts, rxf_setup10),
+		T(test_malformed_alloc_is_answered_with_einval, rxf_setup10),
+		T(test_immediate_rejections, rxf_setup10),
 		cmocka_unit_test(test_too_many_requests_is_ebusy),
-		cmocka_unit_test_setup_teardown(test_seed_b_waits_until_a_released, setup10,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_2p1d_both_admitted_at_once, setup20,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_one_sender_b_between_a_batches, setup10,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_fifo_small_requests_do_not_overtake,
-						setup10, teardown),
+		T(test_seed_b_waits_until_a_released, rxf_setup10),
+		T(test_2p1d_both_admitted_at_once, rxf_setup20),
+		T(test_one_sender_b_between_a_batches, rxf_setup10),
+		T(test_fifo_small_requests_do_not_overtake, rxf_setup10),
+#undef T
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

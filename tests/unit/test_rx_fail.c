@@ -3,27 +3,7 @@
  * scenario is named after what it proves. */
 #include "rx_fixture.h"
 
-#define S (1000000000ull)
 
-static int setup10(void **state)
-{
-	*state = rxf_create(10, 64);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	rxf_destroy(*state);
-	return 0;
-}
-
-static struct pd_rx_stats stats(struct rx_fx *f)
-{
-	struct pd_rx_stats st;
-
-	pd_rx_get_stats(f->rx, &st);
-	return st;
-}
 
 static int32_t last_failure(struct rx_fx *f)
 {
@@ -54,7 +34,7 @@ static void test_more_chunks_than_declared_rolls_back(void **state)
 	assert_int_equal(rxf_alloc(f, &a2), 0);
 	assert_int_equal(rxf_got(f, 1, 2)->err, -EPROTO);
 	assert_int_equal(last_failure(f), -EPROTO);
-	assert_int_equal(stats(f).proto_errors, 1);
+	assert_int_equal(rxf_stats(f).proto_errors, 1);
 	rxf_assert_empty(f);
 	assert_tombstoned(f, "A", 3);
 }
@@ -93,7 +73,7 @@ static void test_batch_failure_rolls_back_earlier_batches(void **state)
 	assert_int_equal(rxf_alloc(f, &a2), 0);
 	assert_int_equal(rxf_got(f, 1, 2)->err, -ENOBUFS);
 	assert_int_equal(last_failure(f), -ENOBUFS);
-	assert_int_equal(stats(f).grant_errors, 1);
+	assert_int_equal(rxf_stats(f).grant_errors, 1);
 	assert_int_equal(pd_pool_nfree(&f->pool), 3); /* A's first batch came back */
 	assert_int_equal(pd_pool_free(&f->pool, stolen, 7), 0);
 	rxf_assert_empty(f);
@@ -116,7 +96,7 @@ static void test_putdone_for_foreign_slot_rolls_back(void **state)
 	/* Once it is gone, a PutDone is merely late. */
 	assert_int_equal(pd_rx_put_done(f->rx, 1, (const uint8_t *)"A", 1, bogus, 1, f->now),
 			 -ENOENT);
-	assert_int_equal(stats(f).late_putdone, 1);
+	assert_int_equal(rxf_stats(f).late_putdone, 1);
 }
 
 static void test_same_key_twice_in_a_request_is_a_violation(void **state)
@@ -137,7 +117,7 @@ static void test_same_key_twice_in_a_request_is_a_violation(void **state)
 	a.seq = 3;
 	assert_int_equal(pd_rx_alloc(f->rx, &a, f->now), 0);
 	assert_int_equal(rxf_got(f, 1, 3)->err, -EPROTO);
-	assert_int_equal(stats(f).proto_errors, 2);
+	assert_int_equal(rxf_stats(f).proto_errors, 2);
 	rxf_assert_empty(f);
 }
 
@@ -174,13 +154,13 @@ static void test_ttl_reclaims_unconsumed_ready_request(void **state)
 	assert_int_equal(f->nready, 1);
 	f->now += RXF_TTL_NS;
 	assert_int_equal(pd_rx_tick(f->rx, f->now), 1);
-	assert_int_equal(stats(f).ttl_reclaimed, 1);
+	assert_int_equal(rxf_stats(f).ttl_reclaimed, 1);
 	assert_int_equal(rxf_release(f, "A"), -ENOENT);
 	rxf_assert_empty(f);
 	/* The tombstone expires too. */
 	f->now += RXF_TOMB_NS;
 	assert_int_equal(pd_rx_tick(f->rx, f->now), 0);
-	assert_int_equal(stats(f).live_requests, 0);
+	assert_int_equal(rxf_stats(f).live_requests, 0);
 	rxf_batch_ok(f, &a); /* the same req_id is usable again */
 	assert_int_equal(rxf_release(f, "A"), 0);
 }
@@ -224,7 +204,7 @@ static void cancel_at(enum stage st)
 		assert_int_equal(rxf_got(f, 1, 1)->err, -ECANCELED); /* held batch answered */
 		assert_int_equal(rxf_release(f, "X"), 0);
 	}
-	assert_int_equal(stats(f).cancelled, 1);
+	assert_int_equal(rxf_stats(f).cancelled, 1);
 	rxf_assert_empty(f);
 	assert_tombstoned(f, "A", 50);
 	rxf_destroy(f);
@@ -345,7 +325,7 @@ static void test_empty_req_id_is_a_request_of_its_own(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup10, teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, rxf_setup10, rxf_teardown)
 		T(test_more_chunks_than_declared_rolls_back),
 		T(test_short_last_batch_and_changed_total_are_violations),
 		T(test_batch_failure_rolls_back_earlier_batches),
