@@ -184,9 +184,12 @@ tsan:
 	@$(MAKE) --no-print-directory SAN=tsan tsan-run
 
 .PHONY: tsan-run
-tsan-run: $(TSAN_BIN)
+# Threaded unit tests that also run under TSan (the data plane's threads).
+TSAN_UNIT := $(B)/tests/unit/test_tcp $(B)/tests/unit/test_tcp_data
+
+tsan-run: $(TSAN_BIN) $(TSAN_UNIT)
 	@TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" PD_TEST_LOOPS=$(LOOPS) \
-		tests/run.sh $(TSAN_BIN)
+		tests/run.sh $(TSAN_BIN) $(TSAN_UNIT)
 
 bench: $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do $$b || exit 1; done

@@ -100,6 +100,11 @@
  * wakes it); once a frame has started, the rest of it must arrive within
  * io_timeout_ms.
  *
+ * The receive side tells the control plane nothing when a connection ends:
+ * a claim always ends with landed(), and the counters say why connections
+ * closed; the peer's failure reaches the control plane from the sender
+ * side (its control-plane messages), which is where it is acted upon.
+ *
  * ---- Threads, blocking, shutdown ------------------------------------------
  * Threads: lanes x connected peers on the send side, one listener plus one
  * per accepted connection (<= max_conns) on the receive side. Idle threads
@@ -116,6 +121,17 @@
  * fast (they hold up their connection) and must not call pd_tcp_*.
  * Nothing allocates on the data path: write descriptors come from a pool
  * sized at create (max_peers * (queue_depth + 1)).
+ *
+ * ---- Flow control and ordering ---------------------------------------------
+ * Per lane, at most `window` frames are sent and unacknowledged; per peer,
+ * at most queue_depth writes are posted and not yet completed (pd_tcp_post
+ * says -EAGAIN beyond). One ACK per DATA frame (40 bytes; negligible at the
+ * chunk sizes the data plane moves). Writes of one lane are applied in
+ * order; across lanes there is no order: the control plane must not depend
+ * on it (it tracks each write by its cookie). The sockets use TCP_NODELAY
+ * (ACKs and small frames must not wait for Nagle) and MSG_NOSIGNAL (a dead
+ * peer is an -EPIPE, never a SIGPIPE). Data threads run with every signal
+ * blocked.
  *
  * ---- Addresses --------------------------------------------------------------
  * host is a numeric IPv4 or IPv6 address ("127.0.0.1", "::1", "0.0.0.0").
@@ -150,6 +166,10 @@
  *   status  reply: 0 or -errno      0                  0 or -errno
  *   cookie  0                       sender's cookie    echoed
  *   tag     token (request); 0      request tag        echoed
+ *
+ * The receiver sends ACK status 0 today (the field is there for receiver
+ * verdicts such as a checksum; a negative one is passed to the completion).
+ * Reserved fields of the in-memory structs (_rsvd) are never on the wire.
  */
 struct pd_tcp_hdr {
 	uint32_t magic;                /* PD_TCP_MAGIC */
@@ -250,7 +270,10 @@ struct pd_tcp_opts {
 	uint32_t max_frame;            /* payload bytes per write, 1..PD_TCP_MAX_FRAME_LIMIT (64 MiB) */
 	uint32_t max_conns;            /* accepted connections at once, 1..PD_TCP_MAX_CONNS (256) */
 	uint32_t connect_timeout_ms;   /* connect + HELLO round trip, >= 1 (5000) */
-	uint32_t io_timeout_ms;        /* no progress with work outstanding, >= 1 (10000) */
+	uint32_t io_timeout_ms;        /* no progress with work outstanding, >= 1 (10000):
+					* sender: frames unacknowledged and no byte sent nor
+					* ACK received for this long; receiver: a frame begun
+					* (or its ACK) and no byte moved for this long */
 	uint32_t flags;                /* none defined: must be 0 */
 };
 

@@ -528,7 +528,7 @@ int pd_tcp_connect(struct pd_tcp *t, uint32_t peer, const char *host, uint16_t p
 		   uint64_t token)
 {
 	struct sockaddr_storage ss;
-	struct pd_tcp_peer **entry, *p;
+	struct pd_tcp_peer **entry, *p = NULL;
 	socklen_t len;
 	int rc;
 
@@ -544,6 +544,7 @@ int pd_tcp_connect(struct pd_tcp *t, uint32_t peer, const char *host, uint16_t p
 	rc = peer_alloc(t, peer, &ss, len, token, &p);
 	if (rc < 0)
 		return rc;
+	PD_ASSERT(p); /* for gcc -O1's flow analysis: set whenever rc == 0 */
 	rc = peer_start(p);
 	if (rc < 0) {
 		peer_free(p);

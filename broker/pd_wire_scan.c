@@ -137,7 +137,7 @@ static int walk(struct scan *s)
 {
 	uint32_t left[PD_WIRE_MAX_DEPTH + 1];
 	uint32_t depth = 0, nobj = 0;
-	struct item it;
+	struct item it = { 0 };
 	int rc;
 
 	left[0] = 1;
