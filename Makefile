@@ -155,9 +155,10 @@ $(B)/tests/integration/%: $(B)/tests/integration/%.o $(SUPPORT_OBJ) $(LIBAGENT_A
 $(B)/tests/tsan/%: $(B)/tests/tsan/%.o $(SUPPORT_OBJ) $(LIBCORE)
 	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TEST) $(LDLIBS_ALL)
 
-$(B)/tests/bench/%: $(B)/tests/bench/%.o $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE)
-	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) \
-		$(LDLIBS_ALL)
+$(B)/tests/bench/%: $(B)/tests/bench/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) \
+		$(PDBROKER)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) \
+		$(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
 # ---- tests -----------------------------------------------------------------
 # Every header compiles on its own.
@@ -192,7 +193,7 @@ tsan-run: $(TSAN_BIN) $(TSAN_UNIT)
 		tests/run.sh $(TSAN_BIN) $(TSAN_UNIT)
 
 bench: $(BENCH_BIN)
-	@for b in $(BENCH_BIN); do $$b || exit 1; done
+	@for b in $(BENCH_BIN); do $$b $(BENCH_ARGS) || exit 1; done
 
 # ---- fuzzing ---------------------------------------------------------------
 # libFuzzer targets with ASan + UBSan, built by clang into build/fuzz (their

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * End to end: a prefill and a decode pdbroker on loopback (TCP data plane),
+ * agents in this process. Throughput of 1 MiB chunks with many requests in
+ * flight, and the latency of a 1-chunk request (put -> PUT_DONE), each
+ * beside a baseline measured in the same run: iperf3 -l 1M (one stream) and
+ * ucx_perftest tcp tag_bw 1 MiB when installed, and a ZeroMQ REQ/REP round
+ * trip over loopback TCP.
+ *
+ *   bench_e2e [--quick]
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <pdkv/agent.h>
+
+#include "pd_proc.h"
+#include "pd_time.h"
+
+#define MIB        (1u << 20)
+#define CHUNKS     8u      /* per request */
+#define SEND_SLOTS "64"
+#define RECV_SLOTS "256"
+
+struct run {
+	struct pd_test_broker p, d;
+	struct pd_agent *pa, *da;
+	uint32_t requests;
+	_Atomic uint32_t done;       /* released by the decode side */
+	int failed;
+};
+
+static struct pd_agent *attach(const struct pd_test_broker *b, uint32_t roles)
+{
+	struct pd_agent_opts o;
+	struct pd_agent *a = NULL;
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = b->name;
+	o.rundir = b->rundir;
+	o.roles = roles;
+	return pd_agent_attach(&o, &a) == 0 ? a : NULL;
+}
+
+static int start(struct run *r)
+{
+	const char *pargs[] = { "--send-slots", SEND_SLOTS, "--recv-slots", "0", "--slot-size",
+				"1M", "--log-level", "warn", NULL };
+	const char *dargs[] = { "--send-slots", "0", "--recv-slots", RECV_SLOTS, "--slot-size",
+				"1M", "--log-level", "warn", NULL };
+
+	if (pd_test_broker_start(&r->d, "benchD", dargs) < 0 ||
+	    pd_test_broker_start(&r->p, "benchP", pargs) < 0)
+		return -1;
+	r->pa = attach(&r->p, PD_AGENT_SEND);
+	r->da = attach(&r->d, PD_AGENT_RECV);
+	return r->pa && r->da ? 0 : -1;
+}
+
+static void stop(struct run *r)
+{
+	pd_agent_detach(r->pa);
+	pd_agent_detach(r->da);
+	(void)pd_test_broker_stop(&r->p);
+	(void)pd_test_broker_stop(&r->d);
+}
+
+/* One request of n chunks of len bytes, in one batch. */
+static int put(struct run *r, const char *req, uint32_t n, uint32_t len)
+{
+	pd_slot_ref s[CHUNKS];
+	struct pd_chunk c[CHUNKS];
+	char keys[CHUNKS][48];
+	struct pd_batch b = { .req_id = req, .endpoint = r->d.ctrl, .chunks = c, .n = n,
+			      .total_chunks = n, .world_size = 1, .last = 1 };
+	int rc = pd_alloc(r->pa, req, n, s, 30000);
+
+	for (uint32_t i = 0; rc == 0 && i < n; i++) {
+		(void)snprintf(keys[i], sizeof(keys[i]), "%s/%u", req, i);
+		c[i] = (struct pd_chunk){ .slot = s[i], .len = len,
+					  .klen = (uint32_t)strlen(keys[i]), .key = keys[i] };
+		((uint8_t *)pd_slot_data(r->pa, s[i]))[0] = (uint8_t)i; /* staged in place */
+	}
+	return rc == 0 ? pd_put(r->pa, &b) : rc;
+}
+
+/* Decode side: wait for each request in order, check a byte, release. */
+static void *decoder(void *arg)
+{
+	struct run *r = arg;
+	char req[32];
+
+	for (uint32_t i = 0; i < r->requests; i++) {
+		struct pd_recv_info info;
+
+		(void)snprintf(req, sizeof(req), "t%u", i);
+		if (pd_recv_wait(r->da, req, 30000, &info) < 0 || info.status ||
+		    pd_recv_release(r->da, req) < 0) {
+			r->failed = 1;
+			return NULL;
+		}
+		r->done++;
+	}
+	return NULL;
+}
+
+static double throughput(struct run *r)
+{
+	struct pd_event ev;
+	pthread_t th;
+	char req[32];
+	uint64_t t0 = pd_now_ns();
+
+	r->done = 0;
+	if (pthread_create(&th, NULL, decoder, r))
+		return -1;
+	uint32_t events = 0;
+
+	for (uint32_t i = 0; i < r->requests && !r->failed; i++) {
+		(void)snprintf(req, sizeof(req), "t%u", i);
+		if (put(r, req, CHUNKS, MIB) < 0)
+			r->failed = 1;
+		while (pd_next_event(r->pa, &ev, 0) == 0 && ++events)
+			r->failed |= ev.type != PD_EV_PUT_DONE;
+	}
+	while (!r->failed && events < r->requests && pd_next_event(r->pa, &ev, 30000) == 0) {
+		events++;
+		r->failed |= ev.type != PD_EV_PUT_DONE;
+	}
+	(void)pthread_join(th, NULL);
+	if (r->failed)
+		return -1;
+	return (double)r->requests * CHUNKS * MIB / ((double)(pd_now_ns() - t0) / 1e9) / 1e9;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Median put -> PUT_DONE of a 1-chunk (4 KiB) request, in µs. */
+static double latency(struct run *r, uint32_t n)
+{
+	uint64_t *lat = calloc(n, sizeof(*lat));
+	struct pd_event ev;
+	char req[32];
+	double med;
+
+	for (uint32_t i = 0; lat && i < n; i++) {
+		uint64_t t0 = pd_now_ns();
+		struct pd_recv_info info;
+
+		(void)snprintf(req, sizeof(req), "l%u", i);
+		if (put(r, req, 1, 4096) < 0 || pd_next_event(r->pa, &ev, 10000) < 0 ||
+		    ev.type != PD_EV_PUT_DONE || strcmp(ev.req_id, req)) {
+			free(lat);
+			return -1;
+		}
+		lat[i] = pd_now_ns() - t0;
+		if (pd_recv_wait(r->da, req, 10000, &info) < 0 || pd_recv_release(r->da, req) < 0) {
+			free(lat);
+			return -1;
+		}
+	}
+	qsort(lat, n, sizeof(*lat), cmp_u64);
+	med = lat ? (double)lat[n / 2] / 1e3 : -1;
+	free(lat);
+	return med;
+}
+
+/* ---- baselines ------------------------------------------------------------------------ */
+
+static void *rep_main(void *arg)
+{
+	void *rep = arg;
+	char b[8];
+
+	while (zmq_recv(rep, b, sizeof(b), 0) >= 0 && b[0] != 'q')
+		(void)zmq_send(rep, b, 1, 0);
+	(void)zmq_send(rep, b, 1, 0);
+	return NULL;
+}
+
+/* Median ZeroMQ REQ/REP round trip over loopback TCP, in µs. */
+static double zmq_rtt(uint32_t n)
+{
+	void *ctx = zmq_ctx_new(), *rep = zmq_socket(ctx, ZMQ_REP), *req = zmq_socket(ctx, ZMQ_REQ);
+	uint64_t *lat = calloc(n, sizeof(*lat));
+	char ep[64], b[8];
+	size_t len = sizeof(ep);
+	pthread_t th;
+	double med = -1;
+
+	if (!lat || zmq_bind(rep, "tcp://127.0.0.1:*") || zmq_getsockopt(rep, ZMQ_LAST_ENDPOINT,
+									 ep, &len) ||
+	    zmq_connect(req, ep) || pthread_create(&th, NULL, rep_main, rep))
+		goto out;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t t0 = pd_now_ns();
+
+		(void)zmq_send(req, "x", 1, 0);
+		(void)zmq_recv(req, b, sizeof(b), 0);
+		lat[i] = pd_now_ns() - t0;
+	}
+	(void)zmq_send(req, "q", 1, 0);
+	(void)zmq_recv(req, b, sizeof(b), 0);
+	(void)pthread_join(th, NULL);
+	qsort(lat, n, sizeof(*lat), cmp_u64);
+	med = (double)lat[n / 2] / 1e3;
+out:
+	free(lat);
+	(void)zmq_close(req);
+	(void)zmq_close(rep);
+	(void)zmq_ctx_term(ctx);
+	return med;
+}
+
+/* iperf3 -l 1M, one stream, over loopback: GB/s, or -1 when not installed. */
+static double iperf3(int seconds)
+{
+	char cmd[256], line[512];
+	int port = pd_test_free_port();
+	double bps = -1;
+	FILE *f;
+
+	(void)snprintf(cmd, sizeof(cmd), "iperf3 -s -1 -p %d >/dev/null 2>&1 & sleep 0.5; "
+		       "iperf3 -c 127.0.0.1 -p %d -l 1M -t %d -J 2>/dev/null", port, port, seconds);
+	f = popen(cmd, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "\"bits_per_second\":");
+
+		if (p)
+			bps = atof(p + strlen("\"bits_per_second\":")); /* the last is the sum */
+	}
+	if (f)
+		(void)pclose(f);
+	return bps > 0 ? bps / 8 / 1e9 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	int quick = argc > 1 && !strcmp(argv[1], "--quick");
+	struct run r = { .requests = quick ? 64 : 512 };
+	double gbs, lat, rtt, ip;
+
+	if (argc > 1 && !quick) {
+		printf("usage: bench_e2e [--quick]\n");
+		return 2;
+	}
+	if (start(&r) < 0) {
+		fprintf(stderr, "bench_e2e: cannot start the brokers\n");
+		stop(&r);
+		return 1;
+	}
+	ip = iperf3(quick ? 1 : 3);
+	gbs = throughput(&r);
+	lat = latency(&r, quick ? 200 : 2000);
+	rtt = zmq_rtt(quick ? 200 : 2000);
+	stop(&r);
+	printf("bench_e2e: 1P1D on loopback, TCP data plane, %u requests x %u x 1 MiB\n",
+	       r.requests, CHUNKS);
+	printf("%-42s %10s %10s %8s\n", "measure", "pdkv", "baseline", "ratio");
+	printf("%-42s %10.2f %10.2f %7.2fx   (baseline: iperf3 -l 1M, 1 stream%s)\n",
+	       "throughput, GB/s", gbs, ip, ip > 0 ? gbs / ip : 0, ip > 0 ? "" : ": not installed");
+	printf("%-42s %10.1f %10.1f %7.2fx   (baseline: ZeroMQ REQ/REP round trip)\n",
+	       "1-chunk request put -> PUT_DONE, us (p50)", lat, rtt, rtt > 0 ? lat / rtt : 0);
+	return gbs < 0 || lat < 0 ? 1 : 0;
+}
