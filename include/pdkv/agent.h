@@ -5,9 +5,7 @@
 /*
  * libpdagent: what a worker process (one per tensor-parallel rank) uses to
  * hand KV chunks to its node's broker (prefill) or read them from it
- * (decode). STATUS: this is the API contract; the library implementing it
- * is being built (see docs/design.md). Only pd_version() and pd_strerror()
- * are exported so far.
+ * (decode). The broker is pdbroker (one per node); see docs/design.md.
  *
  * Conventions: every int function returns >= 0 on success and a negative
  * errno on failure (see <pdkv/types.h>). The library is silent (it prints

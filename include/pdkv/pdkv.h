@@ -3,6 +3,7 @@
 #define PD_INCLUDE_PDKV_PDKV_H
 
 /* Umbrella header: what a worker process includes. */
+#include <pdkv/agent.h>
 #include <pdkv/types.h>
 #include <pdkv/version.h>
 
