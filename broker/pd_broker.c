@@ -39,7 +39,10 @@ static void on_tick(void *ctx)
 
 static void before_sleep(void *ctx)
 {
-	pd_agents_before_sleep(((struct pd_broker *)ctx)->agents);
+	struct pd_broker *b = ctx;
+
+	pd_agents_before_sleep(b->agents);
+	broker_fail_unreachable(b);
 }
 
 static void on_signal(void *ctx)

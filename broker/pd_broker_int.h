@@ -56,6 +56,11 @@ struct pd_broker {
 	pthread_mutex_t tok_lock;
 	uint64_t token[MAX_TOKENS];   /* per peer id: the token its lanes present */
 	int stopping;
+	/* Peers a send found down (-ENOTCONN): their requests are failed right
+	 * after the engine call that tried (an engine callback must not call
+	 * back into the engine). */
+	uint32_t unreachable[16];
+	uint32_t nunreachable;
 };
 
 /* pd_broker_agents.c */
@@ -71,5 +76,6 @@ extern const struct pd_tcp_ops pd_broker_tcp_ops;
 int broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer);
 void broker_tcp_drain(void *ctx, uint32_t events);
 void broker_wbatches_free(struct pd_broker *b);
+void broker_fail_unreachable(struct pd_broker *b);
 
 #endif

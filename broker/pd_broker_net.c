@@ -46,6 +46,19 @@ static void send_msg(struct pd_broker *b, uint32_t peer, const struct pd_msg *m)
 	if (rc < 0)
 		PD_LOG_RL(WARN, ctl, "send %s to peer %u: %s", pd_wire_type_name(m->type), peer,
 			  pd_strerror(rc));
+	/* Down: what was sent will never be answered; fail it now, not at a timeout. */
+	if ((rc == -ENOTCONN || rc == -ENOENT) && b->nunreachable < PD_ARRAY_SIZE(b->unreachable))
+		b->unreachable[b->nunreachable++] = peer;
+}
+
+void broker_fail_unreachable(struct pd_broker *b)
+{
+	while (b->nunreachable) {
+		uint32_t peer = b->unreachable[--b->nunreachable];
+
+		if (b->tx)
+			(void)pd_tx_peer_failed(b->tx, peer, -ENOTCONN, pd_now_ns());
+	}
 }
 
 /* ---- sender engine callbacks ------------------------------------------------------- */

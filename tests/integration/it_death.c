@@ -47,6 +47,13 @@ static void test_decode_broker_killed_then_restarted(void **state)
 	assert_int_equal(it_expect_event_from(t->pa, "A", PD_EV_PUT_FAILED) < 0, 1);
 	assert_true(pd_now_ns() - t0 < 3 * PD_NS_PER_S);
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	/* Once the sender knows the peer is down, a new request fails at once
+	 * (not at the allocation timeout). */
+	(void)nanosleep(&(struct timespec){ 1, 0 }, NULL);
+	t0 = pd_now_ns();
+	assert_int_equal(it_put(t, "C", 0, 1, 1), 0);
+	assert_int_equal(it_expect_event_from(t->pa, "C", PD_EV_PUT_FAILED) < 0, 1);
+	assert_true(pd_now_ns() - t0 < 2 * PD_NS_PER_S);
 	pd_agent_detach(t->da);
 	assert_int_equal(pd_test_broker_restart(&t->d, decode_args), 0);
 	t->da = it_attach(&t->d, PD_AGENT_RECV);
