@@ -220,7 +220,9 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	LIST_INIT(&b->waiters);
 	RB_INIT(&b->wbatches);
 	(void)pthread_mutex_init(&b->tok_lock, NULL);
-	rc = make_rundir(b, err, errlen);
+	rc = broker_scratch_alloc(b);
+	if (rc == 0)
+		rc = make_rundir(b, err, errlen);
 	if (rc == 0)
 		rc = make_shm(b, err, errlen);
 	if (rc == 0)
@@ -272,6 +274,7 @@ void pd_broker_destroy(struct pd_broker *b)
 	if (b->have_shm)
 		pd_layout_close(&b->shm);
 	free(b->grant);
+	broker_scratch_free(b);
 	(void)pthread_mutex_destroy(&b->tok_lock);
 	free(b);
 }

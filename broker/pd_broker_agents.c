@@ -84,9 +84,9 @@ static int submit_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *
 
 static int on_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n)
 {
-	struct pd_tx_chunk *ch = calloc(n, sizeof(*ch));
-	pd_slot_ref *refs = calloc(n, sizeof(*refs));
-	int rc = !ch || !refs ? -ENOMEM : put_ok(b, agent, e, n);
+	struct pd_tx_chunk *ch = b->sc_chunks;
+	pd_slot_ref *refs = b->sc_refs;
+	int rc = n > PD_PUT_MAX_CHUNKS + 1 ? -EINVAL : put_ok(b, agent, e, n);
 
 	if (rc == 0)
 		rc = take_slots(b, e, n, ch, refs);
@@ -95,8 +95,6 @@ static int on_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, u
 	if (rc < 0)
 		complete(b, agent, PD_CQ_PUT_FAILED, rc, e->user, e->u.put.req_id,
 			 e->u.put.req_id_len < PD_REQ_ID_MAX ? e->u.put.req_id_len : 0);
-	free(ch);
-	free(refs);
 	return 0;
 }
 

@@ -61,6 +61,13 @@ struct pd_broker {
 	 * back into the engine). */
 	uint32_t unreachable[16];
 	uint32_t nunreachable;
+	/* Scratch for one batch, made once (control thread only; each path
+	 * uses its own arrays, so a callback may run while another is in use). */
+	struct pd_tx_chunk *sc_chunks;  /* PD_PUT_MAX_CHUNKS + 1 each */
+	pd_slot_ref *sc_refs;
+	struct pd_bytes *sc_keys;
+	uint32_t *sc_lens;
+	struct pd_rx_key *sc_rxkeys;
 };
 
 /* pd_broker_agents.c */
@@ -77,5 +84,7 @@ int broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_
 void broker_tcp_drain(void *ctx, uint32_t events);
 void broker_wbatches_free(struct pd_broker *b);
 void broker_fail_unreachable(struct pd_broker *b);
+int broker_scratch_alloc(struct pd_broker *b);
+void broker_scratch_free(struct pd_broker *b);
 
 #endif

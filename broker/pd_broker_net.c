@@ -18,6 +18,28 @@ static int wb_cmp(const struct wbatch *a, const struct wbatch *b)
 RB_GENERATE_STATIC(wb_tree, wbatch, node, wb_cmp)
 #undef __unused
 
+int broker_scratch_alloc(struct pd_broker *b)
+{
+	size_t n = (PD_PUT_MAX_CHUNKS > PD_WIRE_MAX_KEYS ? PD_PUT_MAX_CHUNKS : PD_WIRE_MAX_KEYS) + 1;
+
+	b->sc_chunks = calloc(n, sizeof(*b->sc_chunks));
+	b->sc_refs = calloc(n, sizeof(*b->sc_refs));
+	b->sc_keys = calloc(n, sizeof(*b->sc_keys));
+	b->sc_lens = calloc(n, sizeof(*b->sc_lens));
+	b->sc_rxkeys = calloc(n, sizeof(*b->sc_rxkeys));
+	return b->sc_chunks && b->sc_refs && b->sc_keys && b->sc_lens && b->sc_rxkeys ? 0 :
+	       -ENOMEM;
+}
+
+void broker_scratch_free(struct pd_broker *b)
+{
+	free(b->sc_chunks);
+	free(b->sc_refs);
+	free(b->sc_keys);
+	free(b->sc_lens);
+	free(b->sc_rxkeys);
+}
+
 void broker_wbatches_free(struct pd_broker *b)
 {
 	struct wbatch *w;
@@ -66,15 +88,10 @@ void broker_fail_unreachable(struct pd_broker *b)
 static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
 {
 	struct pd_broker *b = ctx;
-	struct pd_bytes *keys = calloc(v->n ? v->n : 1, sizeof(*keys));
-	uint32_t *lens = calloc(v->n ? v->n : 1, sizeof(*lens));
+	struct pd_bytes *keys = b->sc_keys;
+	uint32_t *lens = b->sc_lens;
 	struct pd_msg m = { .type = PD_MSG_ALLOC_REQ };
 
-	if (!keys || !lens) {
-		free(keys);
-		free(lens);
-		return; /* the alloc timeout fails the request */
-	}
 	for (uint32_t i = 0; i < v->n; i++) {
 		keys[i] = (struct pd_bytes){ .p = v->chunks[i].key, .len = v->chunks[i].klen };
 		lens[i] = v->chunks[i].len;
@@ -84,8 +101,6 @@ static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
 		.nkeys = v->n, .keys = keys, .lens = lens, .total_chunks = v->total_chunks,
 		.world_size = v->world_size, .rank = v->rank, .is_last_batch = v->is_last };
 	send_msg(b, v->peer, &m);
-	free(keys);
-	free(lens);
 }
 
 static int tx_write(void *ctx, const struct pd_tx_batch_view *v)
@@ -239,22 +254,20 @@ const struct pd_rx_ops pd_broker_rx_ops = {
 
 static void on_alloc_req(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q)
 {
-	struct pd_rx_key *keys = calloc(q->nkeys ? q->nkeys : 1, sizeof(*keys));
+	struct pd_rx_key *keys = b->sc_rxkeys;
 	struct pd_rx_alloc a = { .peer = peer, .seq = q->seq, .req_id = q->req_id.p,
 				 .req_id_len = q->req_id.len, .nkeys = q->nkeys, .keys = keys,
 				 .lens = q->lens, .total_chunks = q->total_chunks,
 				 .world_size = q->world_size, .rank = q->rank,
 				 .is_last = q->is_last_batch };
 
-	if (!keys || !b->rx) {
-		free(keys);
-		rx_reply(b, peer, q->seq, !b->rx ? -EINVAL : -ENOMEM, NULL, 0, NULL, 0);
+	if (!b->rx || q->nkeys > PD_WIRE_MAX_KEYS) {
+		rx_reply(b, peer, q->seq, -EINVAL, NULL, 0, NULL, 0);
 		return;
 	}
 	for (uint32_t i = 0; i < q->nkeys; i++)
 		keys[i] = (struct pd_rx_key){ .p = q->keys[i].p, .len = q->keys[i].len };
 	(void)pd_rx_alloc(b->rx, &a, pd_now_ns());
-	free(keys);
 }
 
 static void on_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
