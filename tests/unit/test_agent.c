@@ -20,6 +20,7 @@
 
 #include <pdkv/agent.h>
 
+#include "pd_agent_int.h" /* to send what the API never would */
 #include "pd_agents.h"
 #include "pd_test.h"
 #include "pd_time.h"
@@ -354,6 +355,27 @@ static void test_dead_agent_slots_come_back(void **state)
 	pd_agent_detach(a);
 }
 
+/* A submission the broker cannot parse gets the agent detached (its loans
+ * come back); the agent then sees a closed broker. */
+static void test_garbage_submission_detaches_the_agent(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	struct pd_sqe e = { .op = 99 };
+	struct pd_event ev;
+	pd_slot_ref r[2], all[SLOTS];
+
+	assert_int_equal(pd_alloc(a, "g", 2, r, 1000), 0);
+	assert_int_equal(ag_submit(a, &e, 1), 0);
+	assert_true(wait_count(&f->x->detached, 1, 2000));
+	assert_int_equal(f->x->bad, 1);
+	assert_int_equal(pd_next_event(a, &ev, 2000), -ENOTCONN);
+	pd_agent_detach(a);
+	a = attach(f);
+	assert_int_equal(pd_alloc(a, "h", SLOTS, all, 1000), 0); /* every loan came back */
+	pd_agent_detach(a);
+}
+
 static int kill_later(void *arg)
 {
 	(void)usleep(300 * 1000);
@@ -391,6 +413,7 @@ int main(void)
 		T(test_put_reaches_the_broker_and_completes),
 		T(test_alloc_times_out_and_cancel_sticks),
 		T(test_dead_agent_slots_come_back),
+		T(test_garbage_submission_detaches_the_agent),
 		T(test_broker_death_wakes_a_blocked_alloc),
 #undef T
 	};
