@@ -46,7 +46,7 @@ ifeq ($(CI),true)
   WARN += -Werror
 endif
 
-CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm -Ibroker -Iagent -Itests/support
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm -Ibroker -Iagent -Itests/support -Itools
 CFLAGS_ALL = -std=c11 $(OPT) -fPIC $(WARN) $(SANFLAGS) $(PC_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
 LDLIBS_ALL = $(PC_LIBS_CORE) -lpthread $(LDLIBS)
@@ -69,7 +69,12 @@ LIBAGENT_A := $(B)/libpdagent.a   # the same objects, for tests
 AGENT_MAP := agent/libpdagent.map
 
 PDBROKER := $(B)/pdbroker
-BINS := $(PDBROKER)
+# Operator tools: one folder of sources per program.
+PDCTL_SRC := $(wildcard tools/pdctl/*.c)
+PDCTL     := $(B)/pdctl
+PDBENCH_SRC := $(wildcard tools/pdbench/*.c)
+PDBENCH   := $(B)/pdbench
+BINS := $(PDBROKER) $(if $(PDCTL_SRC),$(PDCTL)) $(if $(PDBENCH_SRC),$(PDBENCH))
 
 SUPPORT_SRC := $(wildcard tests/support/*.c)
 SUPPORT_OBJ := $(SUPPORT_SRC:%.c=$(B)/%.o)
@@ -82,7 +87,7 @@ TSAN_BIN  := $(TSAN_SRC:%.c=$(B)/%)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:%.c=$(B)/%)
 
-HEADERS := $(wildcard include/pdkv/*.h shm/*.h agent/*.h broker/*.h)
+HEADERS := $(wildcard include/pdkv/*.h shm/*.h agent/*.h broker/*.h tools/*/*.h)
 DEPS_STAMP := build/.deps-ok
 
 .PHONY: all test check tsan install clean deps bench check-headers check-symbols help fuzz
@@ -131,6 +136,14 @@ $(LIBBROKER): $(BROKER_OBJ)
 $(PDBROKER): $(B)/broker/main.o $(LIBBROKER) $(LIBCORE)
 	$(CC) -o $@ $< $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
+$(PDCTL): $(PDCTL_SRC:%.c=$(B)/%.o) $(LIBBROKER) $(LIBCORE)
+	$(CC) -o $@ $(filter %.o,$^) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
+
+# pdbench spawns pdbroker (found beside itself) and forks agent processes.
+$(PDBENCH): $(PDBENCH_SRC:%.c=$(B)/%.o) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) | $(PDBROKER)
+	$(CC) -o $@ $(filter %.o,$^) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) \
+		$(PC_LIBS_BROKER) $(LDLIBS_ALL) -lm
+
 $(LIBAGENT_A): $(AGENT_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
@@ -148,7 +161,7 @@ $(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER)
 $(B)/tests/support/pd_proc.o: CPPFLAGS += -DPD_BUILD_DIR=\"$(B)\"
 
 $(B)/tests/integration/%: $(B)/tests/integration/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) \
-		$(LIBCORE) $(PDBROKER)
+		$(LIBCORE) $(BINS)
 	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) \
 		$(PC_LIBS_TEST) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
 

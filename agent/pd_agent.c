@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "pd_agent_int.h"
+#include "pd_rundir.h"
 #include "pd_attach_client.h"
 #include "pd_err.h"
 #include "pd_time.h"
@@ -87,24 +88,8 @@ static int sock_path(const struct pd_agent_opts *o, char *buf, size_t len)
 {
 	const char *name = o->broker ? o->broker : getenv("PDKV_BROKER");
 	const char *dir = o->rundir ? o->rundir : getenv("PDKV_RUNDIR");
-	char def[96];
-	int n;
 
-	if (!name)
-		name = "default";
-	if (!dir) {
-		const char *x = getenv("XDG_RUNTIME_DIR");
-
-		if (geteuid() == 0)
-			(void)snprintf(def, sizeof(def), "/run/pdkv");
-		else if (x)
-			(void)snprintf(def, sizeof(def), "%s/pdkv", x);
-		else
-			(void)snprintf(def, sizeof(def), "/tmp/pdkv-%u", (unsigned)geteuid());
-		dir = def;
-	}
-	n = snprintf(buf, len, "%s/%s.sock", dir, name);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+	return pd_rundir_path(dir, name ? name : "default", ".sock", buf, len);
 }
 
 static void close_fds(int *fds, uint32_t n)

@@ -17,6 +17,7 @@
 #include <pdkv/version.h>
 
 #include "pd_config_int.h"
+#include "pd_rundir.h"
 #include "pd_log.h"
 
 #define MS  UINT64_C(1000000)
@@ -100,19 +101,7 @@ const struct pd_cfg_def *pd_config_defs(size_t *n)
 
 int pd_config_default_rundir(char *buf, size_t len)
 {
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	uid_t uid = geteuid();
-	int n;
-
-	if (!buf)
-		return -EINVAL;
-	if (uid == 0)
-		n = snprintf(buf, len, "/run/pdkv");
-	else if (xdg && xdg[0] == '/' && strlen(xdg) + sizeof("/pdkv") <= len)
-		n = snprintf(buf, len, "%s/pdkv", xdg);
-	else
-		n = snprintf(buf, len, "/tmp/pdkv-%u", (unsigned int)uid);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+	return pd_default_rundir(buf, len);
 }
 
 void pd_config_defaults(struct pd_config *cfg)

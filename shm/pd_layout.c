@@ -57,6 +57,7 @@ static int plan(const struct pd_layout_opts *o, struct pd_segment_opts *so, char
 							   auto_buckets(o->recv_slots));
 	}
 	v[PD_REGION_AGENTS] = agents_len(o, &sq, &cq, &roff);
+	v[PD_REGION_STATS] = (int64_t)align64(sizeof(struct pd_stats));
 	for (uint32_t i = 0; i < PD_REGION_MAX; i++) {
 		if (v[i] < 0) {
 			pd_err_set(err, errlen, "bad geometry for region %u (slots, slot "
@@ -99,8 +100,10 @@ static int init_regions(struct pd_segment *seg, const struct pd_layout_opts *o)
 		rc = pd_index_init(mem, len, o->index_buckets ? o->index_buckets :
 					     auto_buckets(o->recv_slots), 64, o->index_seed);
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		init_agents(pd_segment_region(seg, PD_REGION_AGENTS, &len), o);
+		pd_stats_init(pd_segment_region(seg, PD_REGION_STATS, &len));
+	}
 	return rc;
 }
 
@@ -196,6 +199,11 @@ int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t
 	}
 	if (rc == 0)
 		rc = open_agents(seg, &s);
+	if (rc == 0) {
+		s.stats = pd_segment_region(seg, PD_REGION_STATS, &len);
+		if (!s.stats || len < sizeof(*s.stats))
+			rc = -EPROTO;
+	}
 	if (rc < 0) {
 		pd_err_set(err, errlen, "segment regions missing or corrupt");
 		return -EPROTO;

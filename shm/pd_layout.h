@@ -6,7 +6,7 @@
  * What lives in a broker's segment, built once by the broker and opened
  * (validated) by every attacher: the send and recv slot pools with their
  * payload arenas, the recv index, and the agent table with one ring pair
- * per agent slot.
+ * per agent slot, and the statistics region.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +16,7 @@
 #include "pd_ring.h"
 #include "pd_segment.h"
 #include "pd_slots.h"
+#include "pd_stats.h"
 
 #define PD_AGENTS_MAGIC 0x544e4741u /* "AGNT" */
 #define PD_MAX_AGENTS   256u
@@ -72,6 +73,7 @@ struct pd_shm {
 	struct pd_pool recv;        /* valid when has_recv */
 	struct pd_index index;      /* valid when has_recv */
 	struct pd_agent_table *agents;
+	struct pd_stats *stats;     /* the statistics region (read-only for pdctl) */
 	uint32_t has_send;
 	uint32_t has_recv;
 	uint32_t max_agents;        /* validated copies of the table's geometry */

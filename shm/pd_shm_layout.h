@@ -37,6 +37,7 @@
 #define PD_REGION_RECV_INDEX 4u /* recv index hash table */
 #define PD_REGION_SEND_ARENA 5u /* send payload arena (2 MiB aligned) */
 #define PD_REGION_RECV_ARENA 6u /* recv payload arena (2 MiB aligned) */
+#define PD_REGION_STATS      7u /* struct pd_stats: what pdctl reads (pd_stats.h) */
 #define PD_REGION_MAX        8u
 
 #define PD_REGION_ALIGN 64u
