@@ -158,7 +158,7 @@ $(B)/tests/unit/%: $(B)/tests/unit/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER)
 		$(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
 # Integration tests run real pdbroker processes (from this variant's build).
-$(B)/tests/support/pd_proc.o: CPPFLAGS += -DPD_BUILD_DIR=\"$(B)\"
+$(SUPPORT_OBJ): CPPFLAGS += -DPD_BUILD_DIR=\"$(B)\"
 
 $(B)/tests/integration/%: $(B)/tests/integration/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) \
 		$(LIBCORE) $(BINS)
