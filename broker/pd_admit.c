@@ -36,6 +36,8 @@ static void admit(struct pd_admit *a, struct pd_adm_entry *e, uint64_t now_ns)
 
 	e->state = PD_ADM_ADMITTED;
 	e->used = 0;
+	e->admitted_ns = now_ns;
+	pd_stats_hist_add(&a->wait_hist, waited);
 	a->outstanding += e->need;
 	a->nadmitted++;
 	a->stats.admitted++;

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "pd_stats.h"
+
 #define PD_ADM_NONE     0u
 #define PD_ADM_WAITING  1u
 #define PD_ADM_ADMITTED 2u
@@ -27,6 +29,7 @@
 struct pd_adm_entry {
 	TAILQ_ENTRY(pd_adm_entry) link;
 	uint64_t since_ns;   /* when it asked */
+	uint64_t admitted_ns; /* when it was admitted */
 	uint32_t need;       /* slots reserved */
 	uint32_t used;       /* drawn: granted or deduplicated */
 	uint32_t state;      /* PD_ADM_* */
@@ -51,6 +54,7 @@ struct pd_admit {
 	uint32_t nadmitted;
 	TAILQ_HEAD(pd_adm_queue, pd_adm_entry) waiting;
 	struct pd_admit_stats stats;
+	struct pd_stat_hist wait_hist; /* admission waits (admitted requests) */
 };
 
 typedef void pd_admit_fn(void *ctx, struct pd_adm_entry *e);

@@ -9,7 +9,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "pd_admin.h"
+#include "pd_admin_proto.h"
 #include "pd_broker_int.h"
+#include "pd_rundir.h"
 #include "pd_err.h"
 #include "pd_log.h"
 #include "pd_time.h"
@@ -35,6 +38,8 @@ static void on_tick(void *ctx)
 	if (b->tx)
 		(void)pd_tx_tick(b->tx, now);
 	pd_ctrl_tick(b->ctrl, now);
+	pd_admin_tick(b->admin, now);
+	broker_stats_publish(b);
 }
 
 static void before_sleep(void *ctx)
@@ -201,6 +206,42 @@ static int make_ctrl(struct pd_broker *b, const char *addr, char *err, size_t er
 	return rc;
 }
 
+/* TCP is the data transport this build has; say so when more was asked. */
+static int pick_transport(struct pd_broker *b, char *err, size_t errlen)
+{
+	const uint32_t others = (1u << PD_XPORT_RDMA) | (1u << PD_XPORT_SHM);
+
+	b->acct = calloc(MAX_TOKENS, sizeof(*b->acct));
+	if (!b->acct)
+		return -ENOMEM;
+	if (b->cfg.require.mask & others) {
+		pd_err_set(err, errlen, "--require: this build has only the tcp transport "
+			   "(rdma and shm are not available yet)");
+		return -ENOTSUP;
+	}
+	if (b->cfg.transport.order[0] == PD_XPORT_TCP) {
+		(void)snprintf(b->xport_why, sizeof(b->xport_why), "configured (--transport)");
+		return 0;
+	}
+	(void)snprintf(b->xport_why, sizeof(b->xport_why),
+		       "fallback: %s asked for, not available in this build",
+		       b->cfg.transport.order[0] == PD_XPORT_RDMA ? "rdma" : "shm");
+	PD_LOG(WARN, ctl, "--transport: %s; using tcp", b->xport_why);
+	return 0;
+}
+
+static int make_admin(struct pd_broker *b, char *err, size_t errlen)
+{
+	char path[sizeof(b->sock_path)];
+	int rc = pd_rundir_path(b->cfg.rundir, b->cfg.name, PD_ADMIN_SUFFIX, path, sizeof(path));
+
+	if (rc == 0)
+		rc = pd_admin_create(b, path, &b->admin);
+	if (rc < 0)
+		pd_err_set(err, errlen, "admin socket in %s: %s", b->cfg.rundir, pd_strerror(rc));
+	return rc;
+}
+
 int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *err,
 		     size_t errlen)
 {
@@ -222,6 +263,8 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	(void)pthread_mutex_init(&b->tok_lock, NULL);
 	rc = broker_scratch_alloc(b);
 	if (rc == 0)
+		rc = pick_transport(b, err, errlen);
+	if (rc == 0)
 		rc = make_rundir(b, err, errlen);
 	if (rc == 0)
 		rc = make_shm(b, err, errlen);
@@ -233,10 +276,14 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 		rc = make_tcp(b, addr, sizeof(addr), err, errlen);
 	if (rc == 0)
 		rc = make_ctrl(b, addr, err, errlen);
+	if (rc == 0)
+		rc = make_admin(b, err, errlen);
 	if (rc < 0) {
 		pd_broker_destroy(b);
 		return rc;
 	}
+	(void)snprintf(b->data_addr, sizeof(b->data_addr), "%s", addr);
+	broker_stats_publish(b);
 	pd_segment_publish(&b->shm.seg);
 	PD_LOG(INFO, ctl, "broker %s ready: ctrl %s, data %s, epoch %llu", b->cfg.name,
 	       pd_ctrl_endpoint(b->ctrl), addr, (unsigned long long)b->epoch);
@@ -257,6 +304,7 @@ void pd_broker_destroy(struct pd_broker *b)
 		return;
 	if (b->have_shm)
 		pd_segment_set_state(&b->shm.seg, PD_SHM_DRAINING);
+	pd_admin_destroy(b->admin);
 	pd_ctrl_destroy(b->ctrl);
 	if (b->tcp) {
 		pd_loop_del(b->loop, pd_tcp_event_fd(b->tcp));
@@ -275,6 +323,7 @@ void pd_broker_destroy(struct pd_broker *b)
 		pd_layout_close(&b->shm);
 	free(b->grant);
 	broker_scratch_free(b);
+	free(b->acct);
 	(void)pthread_mutex_destroy(&b->tok_lock);
 	free(b);
 }

@@ -37,6 +37,13 @@ struct wbatch {
 };
 RB_HEAD(wb_tree, wbatch);
 
+/* Bytes and chunks moved with one peer (data threads add: atomics). */
+struct peer_acct {
+	_Atomic uint64_t bytes_tx, chunks_tx, bytes_rx, chunks_rx;
+};
+
+struct pd_admin;
+
 struct pd_broker {
 	struct pd_config cfg;
 	char sock_path[300];
@@ -68,6 +75,12 @@ struct pd_broker {
 	struct pd_bytes *sc_keys;
 	uint32_t *sc_lens;
 	struct pd_rx_key *sc_rxkeys;
+	/* Operators' view (pd_broker_stats.c, pd_admin.c). */
+	struct peer_acct *acct;       /* MAX_TOKENS, by peer id */
+	struct pd_admin *admin;
+	uint64_t admin_requests, admin_bad;
+	char data_addr[300];          /* the data listener as bound, "" when none */
+	char xport_why[96];           /* why the data transport in use was chosen */
 };
 
 /* pd_broker_agents.c */
@@ -86,5 +99,11 @@ void broker_wbatches_free(struct pd_broker *b);
 void broker_fail_unreachable(struct pd_broker *b);
 int broker_scratch_alloc(struct pd_broker *b);
 void broker_scratch_free(struct pd_broker *b);
+
+/* pd_broker_stats.c */
+void broker_stats_publish(struct pd_broker *b);
+/* Up to max peers (canonical ids, with ids[i] when ids is not NULL). */
+uint32_t broker_peers_describe(const struct pd_broker *b, struct pd_stat_peer *out,
+			       uint32_t *ids, uint32_t max);
 
 #endif

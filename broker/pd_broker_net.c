@@ -188,6 +188,10 @@ static void tx_agent_event(void *ctx, const struct pd_tx_result *r)
 	(void)pd_agents_complete(b->agents, r->agent, &c);
 	pd_stat_add(&b->shm.seg.hdr->stats[r->status ? PD_STAT_REQ_FAILED : PD_STAT_REQ_DONE],
 		    1);
+	if (!r->status && r->peer < MAX_TOKENS) {
+		pd_stat_add1w(&b->acct[r->peer].bytes_tx, r->bytes);
+		pd_stat_add1w(&b->acct[r->peer].chunks_tx, r->chunks);
+	}
 	if (!r->status) {
 		pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_CHUNKS_SENT], r->chunks);
 		pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_SENT], r->bytes);
@@ -435,9 +439,14 @@ static void tcp_landed(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
 {
 	struct pd_broker *b = ctx;
 
-	(void)peer, (void)dst;
-	if (status == 0)
-		pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], d->len);
+	(void)dst;
+	if (status != 0)
+		return;
+	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], d->len);
+	if (peer < MAX_TOKENS) {
+		pd_stat_add(&b->acct[peer].bytes_rx, d->len);
+		pd_stat_add(&b->acct[peer].chunks_rx, 1);
+	}
 }
 
 const struct pd_tcp_ops pd_broker_tcp_ops = {

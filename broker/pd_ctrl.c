@@ -403,6 +403,8 @@ int pd_ctrl_peer_info(const struct pd_ctrl *c, uint32_t peer, struct pd_ctrl_pee
 	info->state = p->state;
 	info->epoch = p->epoch;
 	info->hello = p->has_hello ? &p->hello.view : NULL;
+	info->endpoint = p->dialled[0] ? p->dialled : p->advertised;
+	info->last_rx_ns = p->last_rx_ns;
 	return 0;
 }
 

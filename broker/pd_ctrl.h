@@ -133,6 +133,8 @@ struct pd_ctrl_peer_info {
 	uint32_t state;                /* PD_CTRL_PEER_* */
 	uint64_t epoch;
 	const struct pd_msg_hello *hello; /* its last Hello; NULL before any */
+	const char *endpoint;          /* as dialled, else as it advertised, else "" */
+	uint64_t last_rx_ns;           /* CLOCK_MONOTONIC of its last message, 0: none */
 };
 
 /**

@@ -359,3 +359,33 @@ int pd_rx_check(const struct pd_rx *rx)
 		return -EPROTO;
 	return 0;
 }
+
+const struct pd_stat_hist *pd_rx_wait_hist(const struct pd_rx *rx)
+{
+	return &rx->adm.wait_hist;
+}
+
+const struct pd_stat_hist *pd_rx_xfer_hist(const struct pd_rx *rx)
+{
+	return &rx->xfer_hist;
+}
+
+void pd_rx_foreach(const struct pd_rx *rx, void (*fn)(void *ctx, const struct pd_rx_info *i),
+		   void *ctx)
+{
+	static const uint32_t pub[] = { [RX_WAITING] = PD_RX_WAITING,
+					[RX_ACTIVE] = PD_RX_ACTIVE, [RX_READY] = PD_RX_READY };
+	const struct rx_req *r;
+	struct pd_rx_info i;
+
+	TAILQ_FOREACH(r, &rx->all, all) {
+		if (r->state == RX_TOMB || r->state >= PD_ARRAY_SIZE(pub))
+			continue;
+		i = (struct pd_rx_info){ .req_id = r->id, .req_id_len = r->id_len,
+					 .state = pub[r->state], .need = r->need,
+					 .committed = r->committed, .since_ns = r->adm.since_ns,
+					 .peer = r->rank_peer && r->rank_peer[0] ?
+						 r->rank_peer[0] - 1 : UINT32_MAX };
+		fn(ctx, &i);
+	}
+}

@@ -149,6 +149,23 @@ uint32_t pd_rx_state(struct pd_rx *rx, const uint8_t *req_id, uint32_t len,
 		     struct pd_rx_req_view *v, int32_t *status);
 
 void pd_rx_get_stats(const struct pd_rx *rx, struct pd_rx_stats *out);
+/* Histograms: admission wait, and admitted -> READY. */
+const struct pd_stat_hist *pd_rx_wait_hist(const struct pd_rx *rx);
+const struct pd_stat_hist *pd_rx_xfer_hist(const struct pd_rx *rx);
+
+/* One request, for listings (pdctl requests). */
+struct pd_rx_info {
+	const uint8_t *req_id;
+	uint32_t req_id_len;
+	uint32_t state;              /* PD_RX_WAITING, _ACTIVE, _READY */
+	uint32_t peer;               /* the first sender rank's peer, UINT32_MAX: none yet */
+	uint32_t need, committed;
+	uint64_t since_ns;           /* its first AllocRequest */
+};
+
+/* Call fn for every live request (not tombstones), in no set order. */
+void pd_rx_foreach(const struct pd_rx *rx, void (*fn)(void *ctx, const struct pd_rx_info *i),
+		   void *ctx);
 const struct pd_admit *pd_rx_admit(const struct pd_rx *rx);
 /* Full consistency check (tests): admission invariant, every live slot
  * held by exactly the chunks that say so, counts agree. 0 or -EPROTO. */

@@ -34,6 +34,8 @@ void rx_check_ready(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 	    r->committed != r->need)
 		return;
 	r->state = RX_READY;
+	pd_stats_hist_add(&rx->xfer_hist, now_ns > r->adm.admitted_ns ?
+					  now_ns - r->adm.admitted_ns : 0);
 	pd_admit_finish(&rx->adm, &r->adm); /* fully drawn: gives back nothing */
 	rx->st.ready++;
 	rx_touch(rx, r, now_ns); /* recv-ttl now counts time unconsumed */

@@ -98,6 +98,7 @@ struct pd_rx {
 	uint64_t next_tag;
 	uint64_t held_bytes;
 	struct pd_rx_stats st;
+	struct pd_stat_hist xfer_hist; /* admitted -> READY */
 	/* Scratch for one batch. */
 	int32_t *remote;
 	int32_t *already;

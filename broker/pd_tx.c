@@ -359,6 +359,7 @@ int pd_tx_submit(struct pd_tx *tx, const struct pd_tx_submit *s, uint64_t now_ns
 		r = req_new(tx, s);
 		if (!r)
 			return -ENOMEM;
+		r->start_ns = now_ns;
 		fresh = 1;
 	} else if (r->state != PD_TXR_LIVE) {
 		/* Ended: a completed request refuses as a protocol error. */
@@ -509,4 +510,38 @@ int pd_tx_write_done(struct pd_tx *tx, uint64_t seq, int rc, uint64_t now_ns)
 	else
 		pd_tx_req_settle(tx, r, now_ns);
 	return 0;
+}
+
+const struct pd_stat_hist *pd_tx_req_hist(const struct pd_tx *tx)
+{
+	return &tx->req_hist;
+}
+
+static uint32_t info_state(const struct pd_tx_req *r)
+{
+	const struct pd_tx_batch *b;
+
+	if (r->state == PD_TXR_ABORTING)
+		return PD_TX_INFO_DRAINING;
+	if (r->inflight)
+		return PD_TX_INFO_WRITING;
+	TAILQ_FOREACH(b, &r->batches, req_link)
+		if (b->state == PD_TXB_WAIT)
+			return PD_TX_INFO_ALLOCATING;
+	return PD_TX_INFO_IDLE;
+}
+
+void pd_tx_foreach(const struct pd_tx *tx, void (*fn)(void *ctx, const struct pd_tx_info *i),
+		   void *ctx)
+{
+	const struct pd_tx_req *r;
+	struct pd_tx_info i;
+
+	TAILQ_FOREACH(r, &tx->live, link) {
+		i = (struct pd_tx_info){ .req_id = r->req_id, .req_id_len = r->req_id_len,
+					 .rank = r->rank, .peer = r->peer,
+					 .state = info_state(r), .total = r->total,
+					 .completed = r->completed, .start_ns = r->start_ns };
+		fn(ctx, &i);
+	}
 }

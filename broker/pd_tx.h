@@ -51,6 +51,8 @@
 
 #include <pdkv/types.h>
 
+#include "pd_stats.h"
+
 struct pd_tx;
 
 /* One chunk of a batch, as the agent described it. */
@@ -225,5 +227,24 @@ int pd_tx_tick(struct pd_tx *tx, uint64_t now_ns);
 
 /* NULL-safe (then *out is zeroed, when out is not NULL). */
 void pd_tx_get_stats(const struct pd_tx *tx, struct pd_tx_stats *out);
+/* Completed requests: first batch -> done. */
+const struct pd_stat_hist *pd_tx_req_hist(const struct pd_tx *tx);
+
+/* One (req_id, rank), for listings (pdctl requests). */
+#define PD_TX_INFO_ALLOCATING 1u /* a batch waits for its AllocResponse */
+#define PD_TX_INFO_WRITING    2u /* writes in flight */
+#define PD_TX_INFO_IDLE       3u /* waiting for the agent's next batch */
+#define PD_TX_INFO_DRAINING   4u /* failed; waits for its posted writes */
+struct pd_tx_info {
+	const uint8_t *req_id;
+	uint32_t req_id_len;
+	uint32_t rank, peer, state;  /* PD_TX_INFO_* */
+	uint32_t total, completed;
+	uint64_t start_ns;
+};
+
+/* Call fn for every live request (not tombstones), oldest first. */
+void pd_tx_foreach(const struct pd_tx *tx, void (*fn)(void *ctx, const struct pd_tx_info *i),
+		   void *ctx);
 
 #endif

@@ -36,6 +36,7 @@ static void finish_done(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns)
 	tx->ops.proxy_notif(tx->ctx, &res);
 	tx->ops.agent_event(tx->ctx, &res);
 	tx->st.requests_done++;
+	pd_stats_hist_add(&tx->req_hist, now_ns > r->start_ns ? now_ns - r->start_ns : 0);
 	entomb(tx, r, now_ns);
 }
 

@@ -60,6 +60,7 @@ struct pd_tx_req {
 	uint64_t tag;                          /* of the latest batch, for wake_alloc */
 	uint64_t bytes;                        /* completed */
 	uint64_t tomb_deadline;
+	uint64_t start_ns;                     /* its first batch */
 	uint32_t state;                        /* PD_TXR_* */
 	uint32_t agent, peer, rank, world_size, total;
 	uint32_t submitted;                    /* chunks accepted */
@@ -90,6 +91,7 @@ struct pd_tx {
 	struct pd_tx_req_list tombs;           /* by tomb_deadline (insertion order) */
 	struct pd_tx_batch_list waiting;       /* PD_TXB_WAIT, by deadline (insertion order) */
 	struct pd_tx_stats st;
+	struct pd_stat_hist req_hist;          /* first batch -> done */
 	pd_slot_ref refs[PD_TX_MAX_BATCH];     /* scratch for free_slots */
 	int32_t idx[PD_TX_MAX_BATCH];          /* scratch for put_done */
 };

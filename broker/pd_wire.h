@@ -232,4 +232,9 @@ int pd_wire_decode(struct pd_wire_dec *d, const void *buf, size_t len, struct pd
 /* "AllocRequest" etc., or NULL for an unknown type. */
 const char *pd_wire_type_name(uint32_t type);
 
+/* Structural pre-scan of raw msgpack before msgpack-c sees it (no
+ * allocation): sizes, truncation, trailing bytes, depth and counts within
+ * the PD_WIRE_MAX_* bounds. 0 or -EPROTO/-EMSGSIZE (err says why). */
+int pd_wire_scan(const uint8_t *p, size_t len, char *err, size_t errlen);
+
 #endif

@@ -62,8 +62,6 @@ struct pd_wire_spec {
 const struct pd_wire_spec *pd_wire_spec_of(uint32_t type);
 const struct pd_wire_spec *pd_wire_spec_named(const void *name, size_t len);
 
-/* Structural pre-scan of raw msgpack (no allocation). 0 or -EPROTO/-EMSGSIZE. */
-int pd_wire_scan(const uint8_t *p, size_t len, char *err, size_t errlen);
 
 static inline void *pd_wire_at(struct pd_msg *m, uint16_t off)
 {

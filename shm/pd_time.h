@@ -17,6 +17,15 @@ static inline uint64_t pd_now_ns(void)
 	return (uint64_t)ts.tv_sec * PD_NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
+/* CLOCK_REALTIME in nanoseconds: only for timestamps shown to people. */
+static inline uint64_t pd_realtime_ns(void)
+{
+	struct timespec ts;
+
+	(void)clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * PD_NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
 static inline uint64_t pd_deadline_ms(uint64_t timeout_ms)
 {
 	return pd_now_ns() + timeout_ms * PD_NS_PER_MS;
