@@ -24,8 +24,24 @@
 #define MAX_REQUESTS 65536u
 #define TOMBSTONE_NS (60 * PD_NS_PER_S)
 #define MAX_HELD     (64ull << 20)
+#define DRAIN_NS     (2 * PD_NS_PER_S) /* SIGTERM: bound on finishing in-flight sends */
 
 /* ---- loop hooks --------------------------------------------------------------------- */
+
+/* Stopping: done once no batch this broker sends is in flight (requests
+ * waiting for their agent's next batch are not waited for), or at the bound. */
+static void check_drained(struct pd_broker *b, uint64_t now)
+{
+	struct pd_tx_stats ts;
+
+	pd_tx_get_stats(b->tx, &ts);
+	if ((ts.live_batches == 0 && ts.writes_in_flight == 0) || now >= b->stop_deadline) {
+		if (ts.live_requests)
+			PD_LOG(WARN, ctl, "stopping with %llu requests unfinished (they fail)",
+			       (unsigned long long)ts.live_requests);
+		pd_loop_stop(b->loop);
+	}
+}
 
 static void on_tick(void *ctx)
 {
@@ -40,6 +56,8 @@ static void on_tick(void *ctx)
 	pd_ctrl_tick(b->ctrl, now);
 	pd_admin_tick(b->admin, now);
 	broker_stats_publish(b);
+	if (b->stopping)
+		check_drained(b, now);
 }
 
 static void before_sleep(void *ctx)
@@ -54,9 +72,16 @@ static void on_signal(void *ctx)
 {
 	struct pd_broker *b = ctx;
 
-	PD_LOG(INFO, ctl, "signal: shutting down");
+	if (b->stopping) { /* a second signal: at once */
+		pd_loop_stop(b->loop);
+		return;
+	}
+	PD_LOG(INFO, ctl, "signal: shutting down (in-flight sends get up to %llu ms)",
+	       (unsigned long long)(DRAIN_NS / PD_NS_PER_MS));
 	b->stopping = 1;
-	pd_loop_stop(b->loop);
+	b->stop_deadline = pd_now_ns() + DRAIN_NS;
+	pd_segment_set_state(&b->shm.seg, PD_SHM_DRAINING);
+	check_drained(b, pd_now_ns());
 }
 
 /* ---- building ------------------------------------------------------------------------ */
@@ -305,6 +330,7 @@ void pd_broker_destroy(struct pd_broker *b)
 	if (b->have_shm)
 		pd_segment_set_state(&b->shm.seg, PD_SHM_DRAINING);
 	pd_admin_destroy(b->admin);
+	pd_ctrl_goodbye(b->ctrl);
 	pd_ctrl_destroy(b->ctrl);
 	if (b->tcp) {
 		pd_loop_del(b->loop, pd_tcp_event_fd(b->tcp));

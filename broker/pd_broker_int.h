@@ -62,7 +62,8 @@ struct pd_broker {
 	_Atomic uint32_t *grant;      /* per recv slot: peer + 1 while granted, unwritten */
 	pthread_mutex_t tok_lock;
 	uint64_t token[MAX_TOKENS];   /* per peer id: the token its lanes present */
-	int stopping;
+	int stopping;                 /* SIGTERM/SIGINT seen: draining */
+	uint64_t stop_deadline;
 	/* Peers a send found down (-ENOTCONN): their requests are failed right
 	 * after the engine call that tried (an engine callback must not call
 	 * back into the engine). */

@@ -285,7 +285,7 @@ void pd_ctrl_destroy(struct pd_ctrl *c)
 		(void)zmq_close(c->push);
 	pd_loop_del(c->o.loop, c->router_fd);
 	(void)zmq_close(c->router);
-	(void)zmq_ctx_term(c->zctx);  /* LINGER 0 everywhere: returns at once */
+	(void)zmq_ctx_term(c->zctx);  /* LINGER 0, or PD_CTRL_BYE_LINGER_MS after a goodbye */
 	pd_wire_dec_fini(&c->dec);
 	pd_wire_buf_fini(&c->enc);
 	free(c);

@@ -195,4 +195,11 @@ int pd_ctrl_peer_info(const struct pd_ctrl *c, uint32_t peer, struct pd_ctrl_pee
 
 void pd_ctrl_stats(const struct pd_ctrl *c, struct pd_ctrl_stats *st);
 
+/* Shutting down: tell every peer that is up (a Heartbeat with "bye", upon
+ * which it fails our requests at once instead of after the silence
+ * deadline) and let pd_ctrl_destroy() wait up to PD_CTRL_BYE_LINGER_MS
+ * for those messages to leave. NULL-safe. */
+#define PD_CTRL_BYE_LINGER_MS 200
+void pd_ctrl_goodbye(struct pd_ctrl *c);
+
 #endif

@@ -337,7 +337,7 @@ int pd_ctrl_hello_send(struct pd_ctrl *c, struct pd_ctrl_dealer *d)
 	return rc;
 }
 
-static void heartbeat(struct pd_ctrl *c, struct pd_ctrl_peer *p)
+static void heartbeat(struct pd_ctrl *c, struct pd_ctrl_peer *p, uint32_t bye)
 {
 	struct pd_msg m = { .type = PD_MSG_HEARTBEAT };
 	int rc;
@@ -345,6 +345,8 @@ static void heartbeat(struct pd_ctrl *c, struct pd_ctrl_peer *p)
 	p->last_hb_ns = c->now_ns;
 	m.u.heartbeat.epoch = c->o.epoch;
 	m.u.heartbeat.time_ns = c->now_ns;
+	m.u.heartbeat.bye = bye;
+	m.u.heartbeat.has_bye = bye;
 	rc = pd_ctrl_encode(c, &m);
 	if (rc == 0 && p->d && p->d->acked)
 		rc = pd_ctrl_send_dealer(c, p->d, c->enc.data, c->enc.len);
@@ -372,7 +374,7 @@ static void tick_up(struct pd_ctrl *c, struct pd_ctrl_peer *p, uint64_t dead)
 	if (p->qlen)
 		pd_ctrl_peer_flush(c, p);
 	if (since(c, p->last_hb_ns) >= c->o.heartbeat_ns)
-		heartbeat(c, p);
+		heartbeat(c, p, 0);
 }
 
 static void tick_one(struct pd_ctrl *c, struct pd_ctrl_peer *p)
@@ -407,4 +409,22 @@ void pd_ctrl_tick(struct pd_ctrl *c, uint64_t now_ns)
 		tick_one(c, c->peers[i]);
 	c->depth--;
 	pd_ctrl_bury(c);
+}
+
+void pd_ctrl_goodbye(struct pd_ctrl *c)
+{
+	const int linger = PD_CTRL_BYE_LINGER_MS;
+
+	if (!c)
+		return;
+	for (uint32_t i = 0; i < c->npeers; i++) {
+		struct pd_ctrl_peer *p = c->peers[i];
+
+		if (p->state != PD_CTRL_PEER_UP)
+			continue;
+		heartbeat(c, p, 1);
+		if (p->d)
+			(void)zmq_setsockopt(p->d->sock, ZMQ_LINGER, &linger, sizeof(linger));
+	}
+	(void)zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof(linger));
 }

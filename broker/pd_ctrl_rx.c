@@ -108,6 +108,8 @@ static void deliver(struct pd_ctrl *c, struct pd_ctrl_peer *p, const struct pd_c
 		c->st.heartbeats_rcvd++;
 		if (m->u.heartbeat.epoch != p->epoch)  /* restarted behind our back */
 			pd_ctrl_peer_down(c, p, -ECONNRESET, 1);
+		else if (m->u.heartbeat.has_bye && m->u.heartbeat.bye)
+			pd_ctrl_peer_down(c, p, -ESHUTDOWN, 1);
 		return;
 	case PD_MSG_HELLO:
 	case PD_MSG_HELLO_ACK:

@@ -101,7 +101,8 @@ FIELDS(proxy_fields,
 
 FIELDS(heartbeat_fields,
 	F_VAL("epoch", PD_WF_U64, REQ, heartbeat, epoch, 0, 0, 0),
-	F_VAL("time_ns", PD_WF_U64, REQ, heartbeat, time_ns, 0, 0, 0));
+	F_VAL("time_ns", PD_WF_U64, REQ, heartbeat, time_ns, 0, 0, 0),
+	F_PRES("bye", PD_WF_BOOL, heartbeat, bye, has_bye, 0, 1, 0));
 
 FIELDS(error_fields,
 	F_VAL("seq", PD_WF_U64, 0, error, seq, 0, 0, 0),

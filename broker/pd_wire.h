@@ -161,6 +161,8 @@ struct pd_msg_proxy {
 struct pd_msg_heartbeat {
 	uint64_t epoch;
 	uint64_t time_ns;
+	uint32_t bye;              /* 1: the sender is shutting down (present when has_bye) */
+	uint32_t has_bye;
 };
 
 /* Error reply to a message that could not be handled. */

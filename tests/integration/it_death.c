@@ -95,11 +95,77 @@ static void test_prefill_broker_killed(void **state)
 	it_stop(t, 0);
 }
 
+static const char *const slow_hb_p[] = { "--send-slots", "16", "--recv-slots", "0",
+					 "--slot-size", "64K", "--heartbeat", "5s", NULL };
+static const char *const slow_hb_d[] = { "--send-slots", "0", "--recv-slots", "64",
+					 "--slot-size", "64K", "--heartbeat", "5s", NULL };
+
+/* Two brokers whose silence deadline is 3 heartbeats of 5 s, request A
+ * half sent (4 of 8 chunks written). */
+static struct it *start_slow_heartbeat(void)
+{
+	struct it *t = calloc(1, sizeof(*t));
+
+	assert_non_null(t);
+	assert_int_equal(pd_test_broker_start(&t->d, "itD", slow_hb_d), 0);
+	assert_int_equal(pd_test_broker_start(&t->p, "itP", slow_hb_p), 0);
+	t->pa = it_attach(&t->p, PD_AGENT_SEND);
+	t->da = it_attach(&t->d, PD_AGENT_RECV);
+	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16); /* first batch written */
+	return t;
+}
+
+/* The decode broker stopped with SIGTERM: it exits 0 and leaves no
+ * segment; the sender fails the request in flight at once (its data lanes
+ * close, and it says goodbye) and frees its staging. */
+static void test_decode_broker_sigterm(void **state)
+{
+	struct it *t = start_slow_heartbeat();
+	char path[128];
+	uint64_t t0;
+
+	(void)state;
+	pd_agent_detach(t->da);
+	t->da = NULL;
+	t0 = pd_now_ns();
+	assert_int_equal(kill(t->d.pid, SIGTERM), 0);
+	assert_int_equal(pd_test_wait(t->d.pid, 5000), 0);
+	t->d.pid = 0;
+	assert_int_equal(it_expect_event_from(t->pa, "A", PD_EV_PUT_FAILED) < 0, 1);
+	assert_true(pd_now_ns() - t0 < 3 * PD_NS_PER_S);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	(void)snprintf(path, sizeof(path), "/dev/shm/pdkv.%s", t->d.name);
+	assert_int_equal(access(path, F_OK), -1);
+	it_stop(t, 0);
+}
+
+/* The prefill broker stopped with SIGTERM says goodbye: the decode broker
+ * rolls back the half-received request at once, not after the silence
+ * deadline (15 s here), and its receive pool is full again. */
+static void test_prefill_broker_sigterm_says_goodbye(void **state)
+{
+	struct it *t = start_slow_heartbeat();
+	uint64_t t0;
+
+	(void)state;
+	assert_int_equal(it_wait_free(&t->d, 1, 60), 60); /* 4 of 64 granted to A */
+	t0 = pd_now_ns();
+	assert_int_equal(kill(t->p.pid, SIGTERM), 0);
+	assert_int_equal(pd_test_wait(t->p.pid, 5000), 0);
+	t->p.pid = 0;
+	assert_int_equal(it_wait_free(&t->d, 1, 64), 64);
+	assert_true(pd_now_ns() - t0 < 3 * PD_NS_PER_S);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decode_broker_killed_then_restarted),
 		cmocka_unit_test(test_prefill_broker_killed),
+		cmocka_unit_test(test_decode_broker_sigterm),
+		cmocka_unit_test(test_prefill_broker_sigterm_says_goodbye),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
