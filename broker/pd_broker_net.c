@@ -479,7 +479,7 @@ void broker_tcp_drain(void *ctx, uint32_t events)
 		for (int i = 0; i < n; i++) {
 			if (c[i].kind == PD_TCP_CPL_WRITE)
 				write_ended(b, c[i].cookie, c[i].status);
-			else if (b->tx)
+			else if (pd_ctrl_peer_reset(b->ctrl, c[i].peer, c[i].status) <= 0 && b->tx)
 				(void)pd_tx_peer_failed(b->tx, c[i].peer, c[i].status,
 							pd_now_ns());
 		}

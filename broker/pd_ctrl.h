@@ -195,6 +195,17 @@ int pd_ctrl_peer_info(const struct pd_ctrl *c, uint32_t peer, struct pd_ctrl_pee
 
 void pd_ctrl_stats(const struct pd_ctrl *c, struct pd_ctrl_stats *st);
 
+/**
+ * The data path to peer failed (e.g. its lanes closed: a restart): end the
+ * session (on_peer_down runs: its requests fail) and say Hello again at
+ * once. Unlike a peer found dead, messages sent meanwhile are held for the
+ * new HelloAck, so requests made right after a restart do not fail; if no
+ * HelloAck comes within the silence deadline the peer goes down.
+ * @return 1 reset; 0 nothing to do (not up, or never dialled); -EINVAL;
+ *         -ENOENT unknown id.
+ */
+int pd_ctrl_peer_reset(struct pd_ctrl *c, uint32_t peer, int err);
+
 /* Shutting down: tell every peer that is up (a Heartbeat with "bye", upon
  * which it fails our requests at once instead of after the silence
  * deadline) and let pd_ctrl_destroy() wait up to PD_CTRL_BYE_LINGER_MS

@@ -428,3 +428,20 @@ void pd_ctrl_goodbye(struct pd_ctrl *c)
 	}
 	(void)zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof(linger));
 }
+
+int pd_ctrl_peer_reset(struct pd_ctrl *c, uint32_t peer, int err)
+{
+	struct pd_ctrl_peer *p;
+
+	if (!c)
+		return -EINVAL;
+	p = pd_ctrl_peer_canon(c, peer);
+	if (!p)
+		return -ENOENT;
+	if (p->state != PD_CTRL_PEER_UP || !p->d)
+		return 0;
+	pd_ctrl_peer_down(c, p, err, 1); /* a new DEALER says Hello */
+	if (p->state == PD_CTRL_PEER_DOWN && p->d)
+		p->state = PD_CTRL_PEER_NEW; /* hold messages until its HelloAck */
+	return 1;
+}

@@ -159,11 +159,44 @@ static void test_prefill_broker_sigterm_says_goodbye(void **state)
 	it_stop(t, 0);
 }
 
+/* The decode broker restarted faster than the silence deadline: the
+ * sender sees its data lanes drop, says Hello again at once and holds new
+ * requests for the new session, so the first request after the restart
+ * succeeds. */
+static void test_decode_broker_restarted_quickly(void **state)
+{
+	static const char *const hb_p[] = { "--send-slots", "16", "--recv-slots", "0",
+					    "--slot-size", "64K", "--heartbeat", "2s", NULL };
+	static const char *const hb_d[] = { "--send-slots", "0", "--recv-slots", "64",
+					    "--slot-size", "64K", "--heartbeat", "2s", NULL };
+	struct it *t = calloc(1, sizeof(*t));
+
+	(void)state;
+	assert_non_null(t);
+	assert_int_equal(pd_test_broker_start(&t->d, "itD", hb_d), 0);
+	assert_int_equal(pd_test_broker_start(&t->p, "itP", hb_p), 0);
+	t->pa = it_attach(&t->p, PD_AGENT_SEND);
+	t->da = it_attach(&t->d, PD_AGENT_RECV);
+	assert_int_equal(it_put(t, "A", 0, 2, 2), 0);
+	assert_int_equal(it_expect_event_from(t->pa, "A", PD_EV_PUT_DONE), 0);
+	pd_agent_detach(t->da);
+	assert_int_equal(kill(t->d.pid, SIGKILL), 0);
+	assert_int_equal(pd_test_wait(t->d.pid, 5000), 128 + SIGKILL);
+	assert_int_equal(pd_test_broker_restart(&t->d, hb_d), 0);
+	t->da = it_attach(&t->d, PD_AGENT_RECV);
+	assert_int_equal(it_put(t, "B", 0, 2, 2), 0);
+	assert_int_equal(it_expect_event_from(t->pa, "B", PD_EV_PUT_DONE), 0);
+	it_verify(t, "B", 2);
+	assert_int_equal(pd_recv_release(t->da, "B"), 0);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decode_broker_killed_then_restarted),
 		cmocka_unit_test(test_prefill_broker_killed),
+		cmocka_unit_test(test_decode_broker_restarted_quickly),
 		cmocka_unit_test(test_decode_broker_sigterm),
 		cmocka_unit_test(test_prefill_broker_sigterm_says_goodbye),
 	};
