@@ -244,11 +244,42 @@ static double iperf3(int seconds)
 	return bps > 0 ? bps / 8 / 1e9 : -1;
 }
 
+/* UCX ucx_perftest tag_bw over tcp on loopback, 1 MiB messages: GB/s, or
+ * -1 when ucx_perftest is not installed (Debian: ucx-utils). */
+static double ucx_tag_bw(int iters)
+{
+	char cmd[512], line[512];
+	int port = pd_test_free_port();
+	double mibs = -1;
+	FILE *f;
+
+	(void)snprintf(cmd, sizeof(cmd),
+		       "command -v ucx_perftest >/dev/null || exit 0; "
+		       "export UCX_TLS=tcp UCX_NET_DEVICES=lo; "
+		       "timeout 60 ucx_perftest -p %d >/dev/null 2>&1 & sleep 0.5; "
+		       "timeout 60 ucx_perftest 127.0.0.1 -p %d -t tag_bw -s 1048576 -n %d "
+		       "-w %d -f 2>/dev/null; wait",
+		       port, port, iters, iters / 8 + 4);
+	f = popen(cmd, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		double v[8];
+		unsigned long it;
+
+		/* final line: iters p50 avg overall bw_avg bw_overall(MiB/s) rate_avg rate_overall */
+		if (sscanf(line, "%lu %lf %lf %lf %lf %lf %lf %lf", &it, &v[0], &v[1], &v[2],
+			   &v[3], &v[4], &v[5], &v[6]) == 8)
+			mibs = v[4];
+	}
+	if (f)
+		(void)pclose(f);
+	return mibs > 0 ? mibs * 1048576.0 / 1e9 : -1;
+}
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "--quick");
 	struct run r = { .requests = quick ? 64 : 512 };
-	double gbs, lat, rtt, ip;
+	double gbs, lat, rtt, ip, ucx;
 
 	if (argc > 1 && !quick) {
 		printf("usage: bench_e2e [--quick]\n");
@@ -260,6 +291,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	ip = iperf3(quick ? 1 : 3);
+	ucx = ucx_tag_bw(quick ? 96 : 512);
 	gbs = throughput(&r);
 	lat = latency(&r, quick ? 200 : 2000);
 	rtt = zmq_rtt(quick ? 200 : 2000);
@@ -269,6 +301,9 @@ int main(int argc, char **argv)
 	printf("%-42s %10s %10s %8s\n", "measure", "pdkv", "baseline", "ratio");
 	printf("%-42s %10.2f %10.2f %7.2fx   (baseline: iperf3 -l 1M, 1 stream%s)\n",
 	       "throughput, GB/s", gbs, ip, ip > 0 ? gbs / ip : 0, ip > 0 ? "" : ": not installed");
+	printf("%-42s %10.2f %10.2f %7.2fx   (baseline: UCX ucx_perftest tcp tag_bw 1 MiB%s)\n",
+	       "throughput, GB/s", gbs, ucx, ucx > 0 ? gbs / ucx : 0,
+	       ucx > 0 ? "" : ": not installed");
 	printf("%-42s %10.1f %10.1f %7.2fx   (baseline: ZeroMQ REQ/REP round trip)\n",
 	       "1-chunk request put -> PUT_DONE, us (p50)", lat, rtt, rtt > 0 ? lat / rtt : 0);
 	return gbs < 0 || lat < 0 ? 1 : 0;
