@@ -178,7 +178,7 @@ int pd_admin_create(struct pd_broker *b, const char *path, struct pd_admin **out
 		a->conn[i].owner = a;
 	}
 	(void)snprintf(a->path, sizeof(a->path), "%s", path);
-	rc = pd_attach_listen(path, 0660, (gid_t)-1, &a->lfd, err, sizeof(err));
+	rc = pd_attach_listen(path, 0660, b->gid, &a->lfd, err, sizeof(err));
 	if (rc == 0)
 		rc = pd_loop_add(b->loop, a->lfd, EPOLLIN, on_accept, a);
 	if (rc < 0) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* pdbroker: build, run, tear down. */
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pd_admin.h"
 #include "pd_admin_proto.h"
@@ -118,6 +120,12 @@ static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 	if (rc < 0)
 		return rc;
 	b->have_shm = 1;
+	if (b->gid != (gid_t)-1 && fchown(b->shm.seg.fd, (uid_t)-1, b->gid) < 0) {
+		rc = -errno;
+		pd_err_set(err, errlen, "--group %s: cannot give the segment to it: %s",
+			   b->cfg.group, pd_strerror(rc));
+		return rc;
+	}
 	if (b->shm.has_recv) {
 		b->grant = calloc(b->shm.recv.nslots, sizeof(*b->grant));
 		if (!b->grant)
@@ -132,7 +140,7 @@ static int make_loop_and_agents(struct pd_broker *b, char *err, size_t errlen)
 				   .before_sleep = before_sleep, .on_signal = on_signal,
 				   .ctx = b };
 	struct pd_agents_opts ao = { .shm = &b->shm, .sock_path = b->sock_path,
-				     .group = (gid_t)-1, .epoch = b->epoch,
+				     .group = b->gid, .epoch = b->epoch,
 				     .ops = &pd_broker_agent_ops, .ctx = b };
 	int rc = pd_loop_create(&lo, &b->loop);
 
@@ -231,6 +239,26 @@ static int make_ctrl(struct pd_broker *b, const char *addr, char *err, size_t er
 	return rc;
 }
 
+/* --group NAME: the gid that shares the sockets and the segment (0660). */
+static int resolve_group(struct pd_broker *b, char *err, size_t errlen)
+{
+	struct group gr, *res = NULL;
+	char buf[4096];
+	int rc;
+
+	b->gid = (gid_t)-1;
+	if (!b->cfg.group[0])
+		return 0;
+	rc = getgrnam_r(b->cfg.group, &gr, buf, sizeof(buf), &res);
+	if (rc != 0 || !res) {
+		pd_err_set(err, errlen, "--group %s: %s", b->cfg.group,
+			   rc ? pd_strerror(-rc) : "no such group");
+		return rc ? -rc : -ENOENT;
+	}
+	b->gid = gr.gr_gid;
+	return 0;
+}
+
 /* TCP is the data transport this build has; say so when more was asked. */
 static int pick_transport(struct pd_broker *b, char *err, size_t errlen)
 {
@@ -289,6 +317,8 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	rc = broker_scratch_alloc(b);
 	if (rc == 0)
 		rc = pick_transport(b, err, errlen);
+	if (rc == 0)
+		rc = resolve_group(b, err, errlen);
 	if (rc == 0)
 		rc = make_rundir(b, err, errlen);
 	if (rc == 0)

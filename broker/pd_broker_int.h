@@ -62,6 +62,7 @@ struct pd_broker {
 	_Atomic uint32_t *grant;      /* per recv slot: peer + 1 while granted, unwritten */
 	pthread_mutex_t tok_lock;
 	uint64_t token[MAX_TOKENS];   /* per peer id: the token its lanes present */
+	gid_t gid;                    /* --group, (gid_t)-1: none */
 	int stopping;                 /* SIGTERM/SIGINT seen: draining */
 	uint64_t stop_deadline;
 	/* Peers a send found down (-ENOTCONN): their requests are failed right
@@ -78,6 +79,7 @@ struct pd_broker {
 	struct pd_rx_key *sc_rxkeys;
 	/* Operators' view (pd_broker_stats.c, pd_admin.c). */
 	struct peer_acct *acct;       /* MAX_TOKENS, by peer id */
+	_Atomic uint32_t lanes[MAX_TOKENS]; /* data lanes opened to each peer */
 	struct pd_admin *admin;
 	uint64_t admin_requests, admin_bad;
 	char data_addr[300];          /* the data listener as bound, "" when none */

@@ -376,6 +376,8 @@ static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
 			   token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name),
 				    b->epoch)) < 0)
 		PD_LOG(WARN, tcp, "peer %u: cannot open data lanes to %s:%u", peer, host, port);
+	else if (peer < MAX_TOKENS)
+		atomic_store(&b->lanes[peer], b->cfg.data_threads);
 }
 
 static void on_peer_down(void *ctx, uint32_t peer, int err)
@@ -391,6 +393,8 @@ static void on_peer_down(void *ctx, uint32_t peer, int err)
 	}
 	if (b->tcp)
 		(void)pd_tcp_disconnect(b->tcp, peer);
+	if (peer < MAX_TOKENS)
+		atomic_store(&b->lanes[peer], 0);
 	if (b->tx)
 		(void)pd_tx_peer_failed(b->tx, peer, err, now);
 	if (b->rx)

@@ -206,6 +206,7 @@ static void put_peer(struct pd_stat_peer *d, const struct pd_broker *b, uint32_t
 	(void)snprintf(d->transport, sizeof(d->transport), "tcp");
 	(void)snprintf(d->why, sizeof(d->why), "%s", b->xport_why);
 	d->state = pi->state;
+	d->lanes = atomic_load_explicit(&b->lanes[id], memory_order_relaxed);
 	d->epoch = pi->epoch;
 	d->last_seen_ns = pi->last_rx_ns && now > pi->last_rx_ns ?
 				  pd_realtime_ns() - (now - pi->last_rx_ns) : 0;

@@ -64,7 +64,8 @@ struct pd_stat_peer {
 	char transport[16];            /* "tcp", "rdma", "shm", or "" when none yet */
 	char why[96];                  /* why this transport (e.g. a fallback's reason) */
 	uint32_t state;                /* PD_PEER_* */
-	uint32_t lanes;                /* data connections up */
+	uint32_t lanes;                /* data lanes this broker opened to it (0: none, e.g.
+					* it only sends to us) */
 	uint64_t epoch;                /* the peer's epoch, 0 before its Hello */
 	uint64_t last_seen_ns;         /* CLOCK_REALTIME of the last message from it */
 	uint64_t bytes_tx, bytes_rx;
@@ -86,8 +87,8 @@ struct pd_stat_info {
 	uint32_t _pad;
 	uint64_t slot_size;
 	/* admission (receiver) */
-	uint64_t reserved;             /* slots reserved by admitted requests */
-	uint64_t granted;              /* of which already granted to chunks */
+	uint64_t reserved;             /* slots promised to admitted requests, not yet granted */
+	uint64_t granted;              /* slots holding chunks (granted or written) */
 	uint32_t waiting;              /* requests waiting for admission */
 	uint32_t _pad2;
 	uint64_t oldest_wait_ns;       /* CLOCK_MONOTONIC start of the oldest wait, 0: none */

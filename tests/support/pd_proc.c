@@ -52,17 +52,21 @@ static void exec_broker(const struct pd_test_broker *b, const char *const *args)
 	_exit(127);
 }
 
+/* Wait for the attach socket, then the admin socket (made a little later). */
 static int wait_socket(const struct pd_test_broker *b, uint32_t ms)
 {
+	static const char *const suffix[] = { ".sock", ".admin" };
 	uint64_t deadline = pd_deadline_ms(ms);
 	char path[200];
 	struct stat st;
 
-	(void)snprintf(path, sizeof(path), "%s/%s.sock", b->rundir, b->name);
-	while (stat(path, &st) < 0) {
-		if (pd_now_ns() >= deadline || kill(b->pid, 0) < 0)
-			return -ETIMEDOUT;
-		(void)usleep(2000);
+	for (int i = 0; i < 2; i++) {
+		(void)snprintf(path, sizeof(path), "%s/%s%s", b->rundir, b->name, suffix[i]);
+		while (stat(path, &st) < 0) {
+			if (pd_now_ns() >= deadline || kill(b->pid, 0) < 0)
+				return -ETIMEDOUT;
+			(void)usleep(2000);
+		}
 	}
 	return 0;
 }
