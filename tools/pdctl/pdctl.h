@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef PD_TOOLS_PDCTL_PDCTL_H
+#define PD_TOOLS_PDCTL_PDCTL_H
+
+/*
+ * pdctl internals, shared by its files:
+ *   pdctl.c          main: options, dispatch, --help
+ *   pdctl_seg.c      the segment, read-only: attach, classify, snapshot
+ *   pdctl_status.c   status and watch (text and JSON)
+ *   pdctl_metrics.c  Prometheus text exposition (and JSON)
+ *   pdctl_admin.c    the admin socket client (one msgpack frame each way)
+ *   pdctl_rows.c     admin answers as tables or JSON; cancel
+ *   pdctl_json.c     a JSON writer with correct string escaping
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <msgpack.h>
+
+#include "pd_compiler.h"
+#include "pd_layout.h"
+#include "pd_stats.h"
+
+/* Exit codes (documented in --help). */
+#define PDCTL_EXIT_OK       0
+#define PDCTL_EXIT_FAIL     1 /* anything else (e.g. cancel of an unknown request) */
+#define PDCTL_EXIT_USAGE    2 /* unknown command or flag, missing argument */
+#define PDCTL_EXIT_NOBROKER 3 /* no segment and no admin socket under that name */
+#define PDCTL_EXIT_DEAD     4 /* the segment belongs to a dead broker */
+#define PDCTL_EXIT_TIMEOUT  5 /* the broker did not answer in time (or refused) */
+
+#define PDCTL_TIMEOUT_MS  2000u
+#define PDCTL_STALE_NS    (2ull * 1000000000ull) /* stats older than this: warn */
+#define PDCTL_MAX_ARGS    8
+
+struct pdctl_opts {
+	char name[PD_SHM_NAME_MAX + 1];
+	const char *rundir;        /* NULL: $PDKV_RUNDIR, else the default */
+	char admin_path[256];      /* <rundir>/<name>.admin */
+	int json;
+	uint32_t timeout_ms;
+	const char *cmd;
+	const char *args[PDCTL_MAX_ARGS];
+	int nargs;
+	const char *state;         /* requests --state */
+	uint32_t count;            /* watch --count (0: until SIGINT) */
+	uint32_t interval_ms;      /* watch --interval */
+};
+
+/* ---- pdctl_json.c */
+#define PDCTL_JSON_DEPTH 32
+
+struct pdctl_json {
+	FILE *f;
+	int pretty;
+	int depth;
+	uint8_t count[PDCTL_JSON_DEPTH]; /* members written at each level */
+};
+
+void pdctl_json_init(struct pdctl_json *j, FILE *f, int pretty);
+/* key: the member name inside an object, NULL in an array or at the top. */
+void pdctl_json_obj_begin(struct pdctl_json *j, const char *key);
+void pdctl_json_obj_end(struct pdctl_json *j);
+void pdctl_json_arr_begin(struct pdctl_json *j, const char *key);
+void pdctl_json_arr_end(struct pdctl_json *j);
+void pdctl_json_str(struct pdctl_json *j, const char *key, const char *s);
+void pdctl_json_strn(struct pdctl_json *j, const char *key, const char *s, size_t len);
+void pdctl_json_u64(struct pdctl_json *j, const char *key, uint64_t v);
+void pdctl_json_i64(struct pdctl_json *j, const char *key, int64_t v);
+void pdctl_json_f64(struct pdctl_json *j, const char *key, double v);
+void pdctl_json_bool(struct pdctl_json *j, const char *key, int v);
+void pdctl_json_null(struct pdctl_json *j, const char *key);
+/* num: a valid JSON number, written as is. */
+void pdctl_json_num(struct pdctl_json *j, const char *key, const char *num);
+/* A msgpack object as JSON (nesting bounded; deeper becomes null). */
+void pdctl_json_mp(struct pdctl_json *j, const char *key, const msgpack_object *o);
+/* Close the document with a newline. */
+void pdctl_json_end(struct pdctl_json *j);
+/* s[0..len) as a JSON string literal: escapes, invalid UTF-8 -> U+FFFD. */
+void pdctl_json_write_str(FILE *f, const char *s, size_t len);
+/* s[0..len) for a terminal: control bytes and invalid UTF-8 -> '?'.
+ * @return the number of columns written (code points). */
+size_t pdctl_text_write(FILE *f, const char *s, size_t len);
+/* Length (1..4) of the valid UTF-8 sequence at s[0..len), 0 if invalid. */
+size_t pdctl_utf8_len(const unsigned char *s, size_t len);
+/* Columns pdctl_text_write() would take. */
+size_t pdctl_text_width(const char *s, size_t len);
+
+/* pdctl.c */
+void pdctl_err(const char *fmt, ...) PD_PRINTF(1, 2);
+/* Flush stdout; PDCTL_EXIT_FAIL (with a message) when writing failed. */
+int pdctl_flush(int code);
+
+/* ---- pdctl_seg.c: one value of the merged list a command shows. */
+struct pdctl_val {
+	const char *name;
+	uint32_t kind;             /* PD_STAT_KIND_* */
+	uint64_t v;
+};
+
+struct pdctl_pool {
+	int present;
+	uint32_t slots, free, used, hwm;
+};
+
+/* Everything status and metrics show, copied out of the segment. */
+struct pdctl_snap {
+	char name[PD_SHM_NAME_MAX + 1];
+	int32_t pid;
+	uint64_t epoch;
+	uint32_t state;            /* PD_SHM_* */
+	uint64_t start_ns;         /* CLOCK_REALTIME */
+	uint64_t now_ns;           /* CLOCK_REALTIME when read */
+	uint64_t now_mono_ns;
+	uint32_t agents;           /* attached, from the agent table */
+	struct pdctl_pool send, recv;
+	int published;             /* the stats region was ever published */
+	uint64_t stale_ns;         /* since the last publish (or since start) */
+	struct pd_stats *st;       /* a consistent copy (malloc'ed) */
+	struct pdctl_val *vals;    /* the region's values, else the header's */
+	uint32_t nvals;
+};
+
+/* Attach read-only and copy; on failure print why and return the exit code. */
+int pdctl_snap_take(const struct pdctl_opts *o, struct pdctl_snap *s);
+void pdctl_snap_free(struct pdctl_snap *s);
+/* The exit code (with a message printed) for a broker that could not be
+ * reached through its admin socket (rc from pdctl_admin_call). */
+int pdctl_explain_admin(const struct pdctl_opts *o, int rc);
+const char *pdctl_state_name(uint32_t state);
+const char *pdctl_peer_state_name(uint32_t state);
+/* A value of the snapshot by name: 0 or -ENOENT. */
+int pdctl_snap_find(const struct pdctl_snap *s, const char *name, uint64_t *v);
+
+/* ---- pdctl_status.c: the sections of status pick values by name. */
+int pdctl_val_is_request(const struct pdctl_val *v); /* "rx." / "tx." gauges */
+int pdctl_val_is_moved(const struct pdctl_val *v);   /* counters of bytes, chunks */
+int pdctl_val_is_error(const struct pdctl_val *v);   /* non-zero error counters */
+/* Seconds the oldest admission wait has lasted (0: none). */
+double pdctl_oldest_wait_s(const struct pdctl_snap *s);
+/* The staleness warning, or NULL when the statistics are fresh. */
+const char *pdctl_stale_warning(const struct pdctl_snap *s, char *buf, size_t len);
+int pdctl_cmd_status(const struct pdctl_opts *o);
+int pdctl_cmd_watch(const struct pdctl_opts *o);
+
+/* ---- pdctl_status_json.c */
+void pdctl_status_json(const struct pdctl_snap *s, int pretty);
+
+/* ---- pdctl_metrics.c, pdctl_expo.c (the exposition writer) */
+#define PDCTL_MAX_FAMILIES 512
+
+struct pdctl_expo {
+	int json;
+	struct pdctl_json j;
+	char broker[PD_SHM_NAME_MAX + 1];
+	int skip;                  /* the current family is a duplicate: drop its samples */
+	int open;                  /* a JSON family is open */
+	uint32_t nfam;
+	char fam[PDCTL_MAX_FAMILIES][96];
+};
+
+struct pdctl_label {
+	const char *k, *v;
+};
+
+void pdctl_expo_init(struct pdctl_expo *x, int json, const char *broker);
+/* A family (name sanitised into [a-zA-Z0-9_:]); a repeated name is skipped. */
+void pdctl_expo_family(struct pdctl_expo *x, const char *name, const char *type,
+		       const char *help);
+/* A sample of the current family: name + suffix, broker="..." then labels. */
+void pdctl_expo_sample(struct pdctl_expo *x, const char *suffix, const struct pdctl_label *l,
+		       uint32_t nl, const char *value);
+void pdctl_expo_u64(struct pdctl_expo *x, const struct pdctl_label *l, uint32_t nl,
+		    uint64_t v);
+/* Nanoseconds as exact decimal seconds. */
+void pdctl_expo_ns(struct pdctl_expo *x, const char *suffix, const struct pdctl_label *l,
+		   uint32_t nl, uint64_t ns);
+void pdctl_expo_end(struct pdctl_expo *x);
+/* v / 10^digits as an exact decimal, trailing zeros trimmed ("1.5", "2"). */
+void pdctl_fmt_decimal(char *buf, size_t len, uint64_t v, unsigned int digits);
+int pdctl_cmd_metrics(const struct pdctl_opts *o);
+
+/* ---- pdctl_admin.c */
+struct pdctl_answer {
+	msgpack_unpacked msg;      /* owns the objects below */
+	const msgpack_object *root; /* the answer map */
+	char *buf;
+};
+/**
+ * One exchange: {"cmd": cmd[, key: val]} out, one answer in (a map), all
+ * within o->timeout_ms.
+ * @return 0; -ENOENT no socket; -ECONNREFUSED; -ETIMEDOUT; -EPROTO a bad
+ *         answer; -ENOMEM; -errno.
+ */
+int pdctl_admin_call(const struct pdctl_opts *o, const char *cmd, const char *key,
+		     const char *val, struct pdctl_answer *ans);
+void pdctl_answer_free(struct pdctl_answer *ans);
+/* The member key of map m, or NULL. */
+const msgpack_object *pdctl_mp_get(const msgpack_object *m, const char *key);
+
+/* ---- pdctl_rows.c */
+int pdctl_cmd_list(const struct pdctl_opts *o);
+int pdctl_cmd_cancel(const struct pdctl_opts *o);
+
+#endif
