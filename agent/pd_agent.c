@@ -193,6 +193,11 @@ int pd_agent_attach(const struct pd_agent_opts *o, struct pd_agent **out)
 		free(a);
 		return rc;
 	}
+	rc = ag_journal_init(a);
+	if (rc < 0) {
+		pd_agent_detach(a);
+		return rc;
+	}
 	*out = a;
 	return 0;
 }
@@ -201,8 +206,7 @@ void pd_agent_detach(struct pd_agent *a)
 {
 	if (!a)
 		return;
-	for (uint32_t i = 0; i < a->npins; i++)
-		(void)pd_index_unpin(&a->shm.index, a->pins[i].key, a->pins[i].klen);
+	ag_unpin_all(a);
 	if (a->shm.has_send)
 		(void)pd_pool_reclaim(&a->shm.send, a->id);
 	(void)close(a->sock);
@@ -214,6 +218,7 @@ void pd_agent_detach(struct pd_agent *a)
 	(void)pthread_cond_destroy(&a->cond);
 	free(a->sqbuf);
 	free(a->pins);
+	free(a->free_cells);
 	free(a->events);
 	free(a);
 }

@@ -17,6 +17,7 @@
 
 struct ag_pin {
 	uint64_t req_tag;
+	uint32_t cell;               /* our journal cell that records this pin */
 	uint8_t klen;
 	uint8_t key[PD_KEY_MAX];
 };
@@ -47,6 +48,12 @@ struct pd_agent {
 	uint32_t ncancelled;
 	struct ag_pin *pins;
 	uint32_t npins, pins_cap;
+	/* Our pin journal in shm (slot id - 1): the broker drops what it
+	 * records if we die. A pin is taken only with a free cell. */
+	_Atomic uint32_t *journal;   /* NULL: none (no recv side) */
+	uint32_t njournal;           /* its cells */
+	uint32_t *free_cells;        /* stack of free cell numbers */
+	uint32_t nfree_cells;
 
 	pd_agent_log_fn *log;
 	void *log_ctx;
@@ -57,6 +64,10 @@ int ag_check_broker(void *ctx);
 uint64_t ag_tag(const void *req_id, uint32_t len);
 void ag_log(struct pd_agent *a, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* pd_agent_recv.c */
+int ag_journal_init(struct pd_agent *a);
+void ag_unpin_all(struct pd_agent *a);
 
 /* pd_agent_cq.c */
 int ag_submit(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);

@@ -51,52 +51,117 @@ int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 	return 0;
 }
 
-static int remember_pin(struct pd_agent *a, const void *key, uint32_t klen, uint64_t tag)
+/* ---- pins and their journal ------------------------------------------------------- */
+
+int ag_journal_init(struct pd_agent *a)
+{
+	uint32_t n = pd_layout_pins_count(&a->shm);
+
+	if (!a->shm.has_recv || n == 0)
+		return 0; /* no journal (an older broker): every lookup gets -ENOSPC */
+	a->journal = pd_layout_pins(&a->shm, a->id - 1);
+	if (!a->journal)
+		return -EPROTO;
+	a->free_cells = malloc((size_t)n * sizeof(*a->free_cells));
+	if (!a->free_cells)
+		return -ENOMEM;
+	a->njournal = n;
+	/* The broker emptied the journal before admitting us; a cell that is
+	 * not empty anyway is left alone (pd_index_pin_rec would refuse it). */
+	for (uint32_t i = n; i-- > 0;)
+		if (atomic_load_explicit(&a->journal[i], memory_order_relaxed) == 0)
+			a->free_cells[a->nfree_cells++] = i;
+	return 0;
+}
+
+/* A cell goes back on the stack only when empty: one still holding a
+ * record (its unpin failed) keeps its pin for the broker to drop. */
+static void put_cell_locked(struct pd_agent *a, uint32_t cell)
+{
+	if (atomic_load_explicit(&a->journal[cell], memory_order_relaxed) == 0)
+		a->free_cells[a->nfree_cells++] = cell;
+}
+
+/* A free journal cell, with room to remember its pin: the cell number;
+ * -ENOSPC none free; -ENOMEM. */
+static int reserve_cell(struct pd_agent *a)
+{
+	uint32_t taken;
+	int rc = 0;
+
+	(void)pthread_mutex_lock(&a->lock);
+	taken = a->njournal - a->nfree_cells + 1; /* at most one pin per taken cell */
+	if (a->nfree_cells == 0) {
+		rc = -ENOSPC;
+	} else if (taken > a->pins_cap) {
+		uint32_t cap = a->pins_cap ? 2 * a->pins_cap : 64;
+		struct ag_pin *p;
+
+		cap = cap < taken ? taken : cap > a->njournal ? a->njournal : cap;
+		p = realloc(a->pins, (size_t)cap * sizeof(*p));
+		if (p) {
+			a->pins = p;
+			a->pins_cap = cap;
+		}
+		rc = p ? 0 : -ENOMEM;
+	}
+	if (rc == 0)
+		rc = (int)a->free_cells[--a->nfree_cells];
+	(void)pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+/* The lookup is over: remember its pin, or give the cell back. */
+static void settle_cell(struct pd_agent *a, uint32_t cell, int pinned, const void *key,
+			uint32_t klen, uint64_t tag)
 {
 	struct ag_pin *p;
 
 	(void)pthread_mutex_lock(&a->lock);
-	if (a->npins == a->pins_cap) {
-		uint32_t cap = a->pins_cap ? 2 * a->pins_cap : 64;
-
-		p = realloc(a->pins, cap * sizeof(*p));
-		if (!p) {
-			(void)pthread_mutex_unlock(&a->lock);
-			return -ENOMEM;
-		}
-		a->pins = p;
-		a->pins_cap = cap;
+	if (!pinned) {
+		put_cell_locked(a, cell);
+	} else {
+		p = &a->pins[a->npins++]; /* reserve_cell() made room */
+		p->req_tag = tag;
+		p->cell = cell;
+		p->klen = (uint8_t)klen;
+		memcpy(p->key, key, klen);
 	}
-	p = &a->pins[a->npins++];
-	p->req_tag = tag;
-	p->klen = (uint8_t)klen;
-	memcpy(p->key, key, klen);
 	(void)pthread_mutex_unlock(&a->lock);
-	return 0;
 }
 
 int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const void **ptr,
 		   uint32_t *len)
 {
 	struct pd_index_val v;
-	const void *data;
-	int rc;
+	const void *data = NULL;
+	int cell, rc;
 
 	if (!recv_side(a) || !key || klen == 0 || klen > PD_KEY_MAX || !ptr || !len)
 		return -EINVAL;
-	rc = pd_index_pin(&a->shm.index, key, klen, &v);
+	cell = reserve_cell(a);
+	if (cell < 0)
+		return cell;
+	rc = pd_index_pin_rec(&a->shm.index, key, klen, &v, &a->journal[cell]);
+	if (rc >= 0 && v.state == PD_INDEX_COMMITTED && v.len <= a->shm.recv.slot_size)
+		data = pd_pool_data(&a->shm.recv, PD_SLOT_REF(v.slot, v.gen));
+	if (rc >= 0 && !data) {
+		(void)pd_index_unpin_rec(&a->shm.index, key, klen, &a->journal[cell]);
+		rc = -ENOENT;
+	}
+	settle_cell(a, (uint32_t)cell, rc >= 0, key, klen, rc >= 0 ? v.req : 0);
 	if (rc < 0)
 		return rc;
-	data = v.state == PD_INDEX_COMMITTED ?
-	       pd_pool_data(&a->shm.recv, PD_SLOT_REF(v.slot, v.gen)) : NULL;
-	if (!data || v.len > a->shm.recv.slot_size ||
-	    remember_pin(a, key, klen, v.req) < 0) {
-		(void)pd_index_unpin(&a->shm.index, key, klen);
-		return data ? -ENOMEM : -ENOENT;
-	}
 	*ptr = data;
 	*len = v.len;
 	return 0;
+}
+
+/* Drop one pin (its record first), a->lock held. */
+static void unpin_locked(struct pd_agent *a, const struct ag_pin *p)
+{
+	(void)pd_index_unpin_rec(&a->shm.index, p->key, p->klen, &a->journal[p->cell]);
+	put_cell_locked(a, p->cell);
 }
 
 /* Drop this agent's pins on the request's chunks. */
@@ -110,9 +175,23 @@ static void unpin_request(struct pd_agent *a, uint64_t tag)
 			i++;
 			continue;
 		}
-		(void)pd_index_unpin(&a->shm.index, a->pins[i].key, a->pins[i].klen);
+		unpin_locked(a, &a->pins[i]);
 		a->pins[i] = a->pins[--a->npins];
 	}
+	(void)pthread_mutex_unlock(&a->lock);
+}
+
+/* Detach: drop every pin while the broker lives. Once it is gone (dead,
+ * stopping, or it dropped us) our journal is its to empty: touching the
+ * cells then could meet a new agent's records in the same slot. */
+void ag_unpin_all(struct pd_agent *a)
+{
+	int live = ag_check_broker(a) == 0;
+
+	(void)pthread_mutex_lock(&a->lock);
+	for (uint32_t i = 0; live && i < a->npins; i++)
+		unpin_locked(a, &a->pins[i]);
+	a->npins = 0;
 	(void)pthread_mutex_unlock(&a->lock);
 }
 

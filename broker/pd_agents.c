@@ -48,6 +48,7 @@ struct pd_agents {
 	uint32_t nattached;
 	uint32_t max;
 	struct pd_sqe *buf;          /* one PUT: header + PD_RX_MAX_BATCH chunks */
+	uint64_t pins_reclaimed;     /* recv index pins dropped from agents' journals */
 	struct ent ent[PD_MAX_AGENTS];
 };
 
@@ -80,6 +81,22 @@ static void drop_pending(struct ent *e)
 	e->npend = 0;
 }
 
+/* Drop the recv index pins slot id's journal records: its agent is gone
+ * (so the chunks it pinned can be freed), or a new one is about to take
+ * the slot. A failure (index lock) is logged; what is left is walked again
+ * at the next attach or detach of that slot. */
+static void reclaim_pins(struct pd_agents *ag, uint32_t id)
+{
+	uint32_t n = 0;
+	int rc = pd_layout_pins_reclaim(ag->o.shm, id - 1, &n);
+
+	ag->pins_reclaimed += n;
+	if (n)
+		PD_LOG(INFO, ctl, "agent %u: %u recv pins reclaimed", id, n);
+	if (rc < 0)
+		PD_LOG_RL(WARN, ctl, "agent %u: pin journal: %s", id, pd_strerror(rc));
+}
+
 static void detach(struct ent *e, int notify)
 {
 	struct pd_agents *ag = e->ag;
@@ -98,6 +115,7 @@ static void detach(struct ent *e, int notify)
 		return;
 	atomic_store_explicit(&ag->o.shm->agents->slot[e->id - 1].state, PD_AGENT_FREE,
 			      memory_order_release);
+	reclaim_pins(ag, e->id); /* before on_detach: its chunks may be freed now */
 	ag->nattached--;
 	PD_LOG(INFO, ctl, "agent %u detached", e->id);
 	if (notify)
@@ -113,6 +131,11 @@ void pd_agents_kick(struct pd_agents *ag, uint32_t id)
 uint32_t pd_agents_count(const struct pd_agents *ag)
 {
 	return ag ? ag->nattached : 0;
+}
+
+uint64_t pd_agents_pins_reclaimed(const struct pd_agents *ag)
+{
+	return ag ? ag->pins_reclaimed : 0;
 }
 
 /* ---- attach handshake --------------------------------------------------------------- */
@@ -158,6 +181,10 @@ static int admit(struct ent *e, const struct pd_attach_hello *h, const struct uc
 	int fds[PD_ATTACH_NFDS];
 	int rc;
 
+	/* Records a dropped agent left after its detach are dropped before the
+	 * new agent may record. A cell this cannot empty (index lock) is
+	 * skipped by the new agent and walked again at its detach. */
+	reclaim_pins(ag, e->id);
 	rc = pd_layout_rings_reset(ag->o.shm, e->id - 1);
 	if (rc == 0)
 		rc = pd_layout_rings(ag->o.shm, e->id - 1, &e->sq, &e->cq);

@@ -8,6 +8,10 @@
  * submission ring and filling its completion ring, with the NEED_WAKEUP
  * doorbells so that neither side spins. Control thread only.
  *
+ * When an agent goes (socket closed, or kicked), the recv index pins
+ * recorded in its pin journal are dropped before on_detach runs; the
+ * journal is walked again before the slot's next agent is admitted.
+ *
  * Doorbells: one eventfd the broker sleeps on (every agent may ring it) and
  * one per agent (the broker rings it). Before the loop sleeps the broker
  * raises every submission ring's flag and re-checks; an agent that
@@ -64,5 +68,9 @@ void pd_agents_kick(struct pd_agents *ag, uint32_t id);
 
 /* Attached agents (gauge). */
 uint32_t pd_agents_count(const struct pd_agents *ag);
+
+/* Recv index pins dropped from the journals of agents that went away
+ * (counter; see pd_layout_pins_reclaim()). */
+uint64_t pd_agents_pins_reclaimed(const struct pd_agents *ag);
 
 #endif

@@ -269,6 +269,76 @@ int pd_index_unpin(struct pd_index *ix, const void *key, uint32_t klen)
 	return rc;
 }
 
+int pd_index_pin_rec(struct pd_index *ix, const void *key, uint32_t klen,
+		     struct pd_index_val *out, _Atomic uint32_t *cell)
+{
+	struct pd_index_entry *e;
+	int rc;
+
+	if (!cell)
+		return -EINVAL;
+	rc = find_locked(ix, key, klen, &e);
+	if (rc < 0)
+		return rc;
+	if (atomic_load_explicit(cell, memory_order_relaxed) != 0) {
+		rc = -EBUSY; /* would overwrite a record: that pin would leak */
+	} else if (e->refcount >= INT32_MAX) {
+		rc = -EOVERFLOW;
+	} else {
+		rc = (int)++e->refcount;
+		fill_val(e, out);
+		/* Pin first, then record (a death in between leaks one pin). */
+		atomic_store_explicit(cell, (uint32_t)(e - ix->entries) + 1,
+				      memory_order_release);
+	}
+	unlock(ix);
+	return rc;
+}
+
+int pd_index_unpin_rec(struct pd_index *ix, const void *key, uint32_t klen,
+		       _Atomic uint32_t *cell)
+{
+	struct pd_index_entry *e;
+	uint32_t rec;
+	int rc;
+
+	if (!cell)
+		return -EINVAL;
+	rc = find_locked(ix, key, klen, &e);
+	if (rc < 0)
+		return rc;
+	rec = (uint32_t)(e - ix->entries) + 1;
+	/* Take the record first, then drop the pin (a death in between leaks
+	 * it). The exchange pairs with the broker's in pd_layout_pins_reclaim():
+	 * exactly one of us takes a given record, and only the taker unpins. */
+	if (!atomic_compare_exchange_strong_explicit(cell, &rec, 0, memory_order_acq_rel,
+						     memory_order_relaxed))
+		rc = -ESTALE;
+	else
+		rc = e->refcount == 0 ? -EINVAL : (int)--e->refcount;
+	unlock(ix);
+	return rc;
+}
+
+int pd_index_unpin_bucket(struct pd_index *ix, uint32_t bucket)
+{
+	struct pd_index_entry *e;
+	int rc;
+
+	if (!ix || bucket > ix->mask)
+		return -EINVAL;
+	rc = lock(ix);
+	if (rc < 0)
+		return rc;
+	e = &ix->entries[bucket];
+	if (!live(e) || e->refcount == 0)
+		rc = -ENOENT;
+	else
+		e->refcount--;
+	unlock(ix);
+	return rc;
+}
+
 int pd_index_commit(struct pd_index *ix, const void *key, uint32_t klen, uint32_t len)
 {
 	struct pd_index_entry *e;

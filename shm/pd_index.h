@@ -19,7 +19,13 @@
  * - One robust mutex guards the table; on holder death the counters are
  *   rebuilt from the entries (an entry becomes live only by its state word,
  *   written last).
+ * - A pinned entry never moves or changes key: insert only fills buckets
+ *   that are not live, remove refuses it, the sweep and the repair touch
+ *   only tombstones. So a bucket number names the same entry for as long
+ *   as a pin on it lasts, and a pin can be recorded by bucket (the agents'
+ *   pin journal, pd_layout.h).
  */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -122,6 +128,33 @@ int pd_index_pin(struct pd_index *ix, const void *key, uint32_t klen,
 		 struct pd_index_val *out);
 /* Drop a pin. @return the remaining refcount; -ENOENT; -EINVAL not pinned. */
 int pd_index_unpin(struct pd_index *ix, const void *key, uint32_t klen);
+/**
+ * Take a pin and record it in a journal cell: both happen under the index
+ * mutex, pin first, so a holder killed between them leaks that one pin
+ * (never records a pin it does not hold).
+ * @param cell  borrowed; must be empty (0); gets the entry's bucket + 1
+ * @return the new refcount (>= 1); -ENOENT; -EOVERFLOW; -EINVAL (bad key,
+ *         cell NULL); -EBUSY cell not empty (no pin taken); -ETIMEDOUT.
+ */
+int pd_index_pin_rec(struct pd_index *ix, const void *key, uint32_t klen,
+		     struct pd_index_val *out, _Atomic uint32_t *cell);
+/**
+ * Drop a pin recorded in cell: under the index mutex the cell is emptied
+ * (compare-and-exchange from the key's bucket + 1), then the pin dropped,
+ * so a holder killed between them leaks the pin rather than dropping it
+ * twice.
+ * @return the remaining refcount; -ENOENT key absent; -ESTALE cell does
+ *         not record a pin on this key (e.g. the broker took it back):
+ *         nothing dropped; -EINVAL (bad key, cell NULL, not pinned); -ETIMEDOUT.
+ */
+int pd_index_unpin_rec(struct pd_index *ix, const void *key, uint32_t klen,
+		       _Atomic uint32_t *cell);
+/**
+ * Broker: drop one pin of the entry in bucket (taken from a dead agent's
+ * journal). @return 0; -EINVAL bucket out of range; -ENOENT no live,
+ * pinned entry there; -ETIMEDOUT.
+ */
+int pd_index_unpin_bucket(struct pd_index *ix, uint32_t bucket);
 /* PENDING -> COMMITTED with the final length. 0; -ENOENT; -EINVAL not pending. */
 int pd_index_commit(struct pd_index *ix, const void *key, uint32_t klen, uint32_t len);
 /* @return 0; -ENOENT; -EBUSY pinned (entry kept); -EINVAL. */

@@ -19,26 +19,52 @@ static uint32_t auto_buckets(uint32_t recv_slots)
 	return b;
 }
 
-static int64_t agents_len(const struct pd_layout_opts *o, uint64_t *sq, uint64_t *cq,
-			  uint64_t *rings_off)
+/* Geometry of the agents region (offsets from the table). */
+struct agents_geo {
+	uint64_t sq, cq;            /* one ring of each kind */
+	uint64_t rings_off;
+	uint64_t pins_off;
+	uint32_t pins;              /* journal cells per agent slot */
+};
+
+/* Journal cells per agent for o: none without a recv pool; -EINVAL above the cap. */
+static int64_t pins_for(const struct pd_layout_opts *o)
+{
+	uint64_t n = o->pins_per_agent;
+
+	if (o->recv_slots == 0)
+		return 0;
+	if (n == 0) {
+		n = 2ull * o->recv_slots;
+		n = n < PD_PINS_MIN ? PD_PINS_MIN : n > PD_PINS_MAX ? PD_PINS_MAX : n;
+	}
+	return n <= PD_PINS_MAX ? (int64_t)n : -EINVAL;
+}
+
+/* Region bytes for max_agents, the ring entries of o and pins cells per agent. */
+static int64_t agents_len(const struct pd_layout_opts *o, int64_t pins, struct agents_geo *g)
 {
 	int64_t s = pd_ring_memsize(o->sq_entries, sizeof(struct pd_sqe));
 	int64_t c = pd_ring_memsize(o->cq_entries, sizeof(struct pd_cqe));
 
-	if (s < 0 || c < 0 || o->max_agents == 0 || o->max_agents > PD_MAX_AGENTS)
+	if (s < 0 || c < 0 || o->max_agents == 0 || o->max_agents > PD_MAX_AGENTS || pins < 0 ||
+	    pins > PD_PINS_MAX)
 		return -EINVAL;
-	*sq = align64((uint64_t)s);
-	*cq = align64((uint64_t)c);
-	*rings_off = align64(sizeof(struct pd_agent_table) +
-			     (uint64_t)o->max_agents * sizeof(struct pd_agent_slot));
-	return (int64_t)(*rings_off + o->max_agents * (*sq + *cq));
+	g->sq = align64((uint64_t)s);
+	g->cq = align64((uint64_t)c);
+	g->rings_off = align64(sizeof(struct pd_agent_table) +
+			       (uint64_t)o->max_agents * sizeof(struct pd_agent_slot));
+	g->pins_off = g->rings_off + o->max_agents * (g->sq + g->cq); /* 64-aligned */
+	g->pins = (uint32_t)pins;
+	return (int64_t)align64(g->pins_off +
+				(uint64_t)o->max_agents * g->pins * sizeof(_Atomic uint32_t));
 }
 
 /* Region lengths for o; -EINVAL with err set when o is unusable. */
 static int plan(const struct pd_layout_opts *o, struct pd_segment_opts *so, char *err,
 		size_t errlen)
 {
-	uint64_t sq, cq, roff;
+	struct agents_geo g;
 	int64_t v[PD_REGION_MAX] = { 0 };
 
 	if (o->send_slots == 0 && o->recv_slots == 0) {
@@ -56,12 +82,12 @@ static int plan(const struct pd_layout_opts *o, struct pd_segment_opts *so, char
 							   o->index_buckets :
 							   auto_buckets(o->recv_slots));
 	}
-	v[PD_REGION_AGENTS] = agents_len(o, &sq, &cq, &roff);
+	v[PD_REGION_AGENTS] = agents_len(o, pins_for(o), &g);
 	v[PD_REGION_STATS] = (int64_t)align64(sizeof(struct pd_stats));
 	for (uint32_t i = 0; i < PD_REGION_MAX; i++) {
 		if (v[i] < 0) {
 			pd_err_set(err, errlen, "bad geometry for region %u (slots, slot "
-				   "size, index buckets, agents or ring entries)", i);
+				   "size, index buckets, agents, ring entries or pins)", i);
 			return -EINVAL;
 		}
 		so->region_len[i] = (uint64_t)v[i];
@@ -71,13 +97,19 @@ static int plan(const struct pd_layout_opts *o, struct pd_segment_opts *so, char
 
 static void init_agents(struct pd_agent_table *t, const struct pd_layout_opts *o)
 {
-	uint64_t roff;
+	struct agents_geo g;
 
+	(void)agents_len(o, pins_for(o), &g); /* plan() checked it */
 	t->max_agents = o->max_agents;
 	t->sq_entries = o->sq_entries;
 	t->cq_entries = o->cq_entries;
-	(void)agents_len(o, &t->sq_bytes, &t->cq_bytes, &roff);
-	t->rings_off = roff;
+	t->sq_bytes = g.sq;
+	t->cq_bytes = g.cq;
+	t->rings_off = g.rings_off;
+	t->pins_per_agent = g.pins;
+	t->pins_off = g.pins_off;
+	memset((uint8_t *)t + g.pins_off, 0,
+	       (size_t)o->max_agents * g.pins * sizeof(_Atomic uint32_t));
 	t->magic = PD_AGENTS_MAGIC;
 }
 
@@ -153,30 +185,42 @@ static int open_pool(struct pd_segment *seg, uint32_t pool_id, uint32_t arena_id
 	return 0;
 }
 
-/* Copy the agent table's geometry once, then check that copy. */
+/* Copy the agent table's geometry once, then check that copy. A table
+ * with no journal (pins_per_agent 0, as older brokers wrote it) is valid:
+ * its pins_off is then never used. */
 static int open_agents(struct pd_segment *seg, struct pd_shm *s)
 {
+	const volatile struct pd_agent_table *t;
 	struct pd_layout_opts o = { 0 };
-	uint64_t sq, cq, roff;
+	struct agents_geo g;
+	uint64_t sq, cq, roff, poff;
+	uint32_t pins;
 	int64_t need;
 
 	s->agents = pd_segment_region(seg, PD_REGION_AGENTS, &s->agents_len);
-	if (!s->agents || s->agents_len < sizeof(*s->agents) ||
-	    s->agents->magic != PD_AGENTS_MAGIC)
+	t = s->agents;
+	if (!t || s->agents_len < sizeof(*t) || t->magic != PD_AGENTS_MAGIC)
 		return -EPROTO;
-	o.max_agents = s->agents->max_agents;
-	o.sq_entries = s->agents->sq_entries;
-	o.cq_entries = s->agents->cq_entries;
-	need = agents_len(&o, &sq, &cq, &roff);
-	if (need < 0 || (uint64_t)need > s->agents_len || s->agents->sq_bytes != sq ||
-	    s->agents->cq_bytes != cq || s->agents->rings_off != roff)
+	o.max_agents = t->max_agents;
+	o.sq_entries = t->sq_entries;
+	o.cq_entries = t->cq_entries;
+	pins = t->pins_per_agent;
+	sq = t->sq_bytes;
+	cq = t->cq_bytes;
+	roff = t->rings_off;
+	poff = t->pins_off;
+	need = agents_len(&o, pins, &g);
+	if (need < 0 || (uint64_t)need > s->agents_len || sq != g.sq || cq != g.cq ||
+	    roff != g.rings_off || (pins && poff != g.pins_off))
 		return -EPROTO;
 	s->max_agents = o.max_agents;
 	s->sq_entries = o.sq_entries;
 	s->cq_entries = o.cq_entries;
-	s->sq_bytes = sq;
-	s->cq_bytes = cq;
-	s->rings_off = roff;
+	s->sq_bytes = g.sq;
+	s->cq_bytes = g.cq;
+	s->rings_off = g.rings_off;
+	s->pins_per_agent = g.pins;
+	s->pins_off = g.pins_off;
 	return 0;
 }
 
@@ -243,6 +287,50 @@ int pd_layout_rings_reset(struct pd_shm *s, uint32_t id)
 	if (rc == 0)
 		rc = pd_ring_init(ring_mem(s, id, 1), s->cq_bytes, s->cq_entries,
 				  sizeof(struct pd_cqe));
+	return rc;
+}
+
+_Atomic uint32_t *pd_layout_pins(struct pd_shm *s, uint32_t id)
+{
+	if (!s || !s->agents || id >= s->max_agents || s->pins_per_agent == 0)
+		return NULL;
+	return (_Atomic uint32_t *)((uint8_t *)s->agents + s->pins_off) +
+	       (uint64_t)id * s->pins_per_agent;
+}
+
+uint32_t pd_layout_pins_count(const struct pd_shm *s)
+{
+	return s ? s->pins_per_agent : 0;
+}
+
+int pd_layout_pins_reclaim(struct pd_shm *s, uint32_t id, uint32_t *dropped)
+{
+	_Atomic uint32_t *cell = pd_layout_pins(s, id);
+	uint32_t n = 0;
+	int rc = 0;
+
+	if (!s || id >= s->max_agents)
+		return -EINVAL;
+	for (uint32_t i = 0; cell && s->has_recv && i < s->pins_per_agent; i++) {
+		uint32_t rec;
+
+		if (atomic_load_explicit(&cell[i], memory_order_relaxed) == 0)
+			continue;
+		/* Take the record, then drop its pin: pairs with the agent's
+		 * compare-and-exchange in pd_index_unpin_rec(). */
+		rec = atomic_exchange_explicit(&cell[i], 0, memory_order_acq_rel);
+		rc = rec ? pd_index_unpin_bucket(&s->index, rec - 1) : 0;
+		if (rc == 0 && rec)
+			n++;
+		if (rc == -EINVAL || rc == -ENOENT)
+			rc = 0; /* corrupt record: nothing to drop */
+		if (rc < 0) {
+			atomic_store_explicit(&cell[i], rec, memory_order_release);
+			break;
+		}
+	}
+	if (dropped)
+		*dropped = n;
 	return rc;
 }
 

@@ -20,6 +20,8 @@
 
 #define PD_AGENTS_MAGIC 0x544e4741u /* "AGNT" */
 #define PD_MAX_AGENTS   256u
+#define PD_PINS_MIN     1024u  /* default journal cells per agent, at least */
+#define PD_PINS_MAX     65536u /* journal cells per agent, at most */
 
 /* Agent slot states. */
 #define PD_AGENT_FREE     0u
@@ -38,7 +40,18 @@ struct pd_agent_slot {
 };
 _Static_assert(sizeof(struct pd_agent_slot) == 64, "agent slot ABI");
 
-/* The agents region: this header, max_agents slots, then the rings. */
+/*
+ * The agents region: this header, max_agents slots, the ring pairs, then
+ * one pin journal per agent slot: pins_per_agent cells of _Atomic uint32_t,
+ * 0 = empty, else (recv index bucket + 1) of one pin the agent holds.
+ *
+ * Journal cells. Writer: the agent attached to that slot, only while it
+ * holds the recv index mutex (pd_index_pin_rec/unpin_rec, so a cell and
+ * the pin it records change together); the broker once that agent is gone
+ * (pd_layout_pins_reclaim(), at detach and again before the slot's next
+ * agent is admitted). Both sides take a record with an atomic
+ * read-modify-write, so each recorded pin is dropped at most once.
+ */
 struct pd_agent_table {
 	uint32_t magic;             /* immutable after init; writer: broker */
 	uint32_t max_agents;
@@ -47,10 +60,16 @@ struct pd_agent_table {
 	uint64_t sq_bytes;          /* one submission ring */
 	uint64_t cq_bytes;          /* one completion ring */
 	uint64_t rings_off;         /* from the table: ring pair i at rings_off + i * (sq + cq) */
-	uint8_t  _pad[24];
+	uint32_t pins_per_agent;    /* journal cells per slot; 0: no journal */
+	uint32_t _rsvd0;
+	uint64_t pins_off;          /* from the table: journal i: pins_off + i * pins_per_agent * 4 */
+	uint8_t  _pad[8];
 	struct pd_agent_slot slot[];
 };
 _Static_assert(sizeof(struct pd_agent_table) == 64, "agent table ABI");
+_Static_assert(offsetof(struct pd_agent_table, rings_off) == 32, "agent table ABI");
+_Static_assert(offsetof(struct pd_agent_table, pins_per_agent) == 40, "agent table ABI");
+_Static_assert(offsetof(struct pd_agent_table, pins_off) == 48, "agent table ABI");
 
 struct pd_layout_opts {
 	const char *name;
@@ -64,6 +83,8 @@ struct pd_layout_opts {
 	uint64_t epoch;
 	uint64_t index_seed;
 	uint32_t mode;              /* 0: 0660 */
+	uint32_t pins_per_agent;    /* pin journal cells per agent, <= PD_PINS_MAX; 0: max(PD_PINS_MIN,
+				     * 2 x recv_slots) capped at PD_PINS_MAX; none without recv slots */
 };
 
 /* Validated handles on everything in a segment. */
@@ -79,6 +100,8 @@ struct pd_shm {
 	uint32_t max_agents;        /* validated copies of the table's geometry */
 	uint32_t sq_entries, cq_entries;
 	uint64_t sq_bytes, cq_bytes, rings_off;
+	uint32_t pins_per_agent;    /* 0: no pin journal */
+	uint64_t pins_off;
 	size_t agents_len;
 };
 
@@ -104,6 +127,26 @@ int pd_layout_rings(struct pd_shm *s, uint32_t id, struct pd_ring_view *sq,
 
 /* Broker: reset slot id's rings for a new agent. */
 int pd_layout_rings_reset(struct pd_shm *s, uint32_t id);
+
+/*
+ * The pin journal of agent slot id (0-based): pd_layout_pins_count(s)
+ * cells. NULL when id is out of range or the segment has no journal.
+ */
+_Atomic uint32_t *pd_layout_pins(struct pd_shm *s, uint32_t id);
+/* Journal cells per agent slot (0: none). */
+uint32_t pd_layout_pins_count(const struct pd_shm *s);
+
+/**
+ * Broker: drop every pin recorded in slot id's journal and empty it (the
+ * agent is gone, or a new agent is about to take the slot). Each cell is
+ * taken with an atomic exchange before its pin is dropped, so a pin the
+ * agent dropped itself is never dropped again; a cell naming no pinned
+ * entry (a corrupt journal) is emptied and not counted.
+ * @param dropped  pins dropped, also on error (may be NULL)
+ * @return 0; -EINVAL bad id; -ETIMEDOUT / -ENOTRECOVERABLE the index lock
+ *         (that cell is put back and the walk stops: call again later).
+ */
+int pd_layout_pins_reclaim(struct pd_shm *s, uint32_t id, uint32_t *dropped);
 
 /* Detach (the creator also unlinks). NULL-safe. */
 void pd_layout_close(struct pd_shm *s);

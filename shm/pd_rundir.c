@@ -17,7 +17,7 @@ int pd_default_rundir(char *buf, size_t len)
 		return -EINVAL;
 	if (uid == 0)
 		n = snprintf(buf, len, "/run/pdkv");
-	else if (xdg && xdg[0] == '/')
+	else if (xdg && xdg[0] == '/' && strlen(xdg) + sizeof("/pdkv") <= len)
 		n = snprintf(buf, len, "%s/pdkv", xdg);
 	else
 		n = snprintf(buf, len, "/tmp/pdkv-%u", (unsigned int)uid);

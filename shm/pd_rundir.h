@@ -6,7 +6,8 @@
  * Where a broker keeps its sockets (<rundir>/<name>.sock for agents,
  * <rundir>/<name>.admin for pdctl) unless told otherwise: /run/pdkv for
  * root, else $XDG_RUNTIME_DIR/pdkv, else /tmp/pdkv-<uid>. The one rule that
- * pdbroker, libpdagent and pdctl share.
+ * pdbroker, libpdagent and pdctl share. An XDG_RUNTIME_DIR that is not
+ * absolute, or too long for the buffer, is ignored.
  */
 #include <stddef.h>
 

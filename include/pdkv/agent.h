@@ -154,7 +154,12 @@ int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 
 /**
  * Find a chunk that is in place and pin it (it stays valid until released).
- * @return 0 with *ptr / *len; -ENOENT not (yet) here; -EINVAL.
+ * Each pin is recorded in this agent's pin journal in the segment, so the
+ * broker drops it if the process dies; the journal has a fixed number of
+ * cells (pins held at once, all requests together).
+ * @return 0 with *ptr / *len; -ENOENT not (yet) here; -EINVAL; -ENOSPC this
+ *         agent holds as many pins as its journal records (release a
+ *         request first): no pin taken.
  */
 int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const void **ptr,
 		   uint32_t *len);

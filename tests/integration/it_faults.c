@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Aborts, deaths and notifications between real pdbroker processes. */
+#include <poll.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +65,123 @@ static void test_killed_agent_is_reclaimed(void **state)
 	it_expect_event(t, "L", PD_EV_PUT_DONE);
 	it_verify(t, "L", 2);
 	assert_int_equal(pd_recv_release(t->da, "L"), 0);
+	it_stop(t, 0);
+}
+
+/* A decode agent in another process: pins every chunk of req, says so on
+ * fd, then sleeps until it is killed. */
+struct pinner {
+	const struct pd_test_broker *d;
+	const char *req;
+	uint32_t chunks;
+	int fd;
+};
+
+static int decode_agent_pins_then_sleeps(void *arg)
+{
+	const struct pinner *p = arg;
+	struct pd_agent_opts o;
+	struct pd_recv_info info;
+	struct pd_agent *a;
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = p->d->name;
+	o.rundir = p->d->rundir;
+	o.roles = PD_AGENT_RECV;
+	if (pd_agent_attach(&o, &a) < 0)
+		return 1;
+	if (pd_recv_wait(a, p->req, IT_WAIT_MS, &info) < 0 || info.status != 0 ||
+	    info.chunks != p->chunks)
+		return 2;
+	for (uint32_t i = 0; i < p->chunks; i++) {
+		const void *d;
+		uint32_t len;
+		char key[48];
+
+		it_key(key, sizeof(key), p->req, i);
+		if (pd_recv_lookup(a, key, (uint32_t)strlen(key), &d, &len) < 0)
+			return 3;
+	}
+	if (write(p->fd, "p", 1) != 1)
+		return 4;
+	for (int i = 0; i < 300; i++) /* holding the pins until SIGKILL (bounded: */
+		(void)poll(NULL, 0, 100); /* a parent that failed early does not kill) */
+	return 5;
+}
+
+/* One byte from fd within timeout_ms: 1, or 0 (timeout, EOF). */
+static int read_byte(int fd, uint32_t timeout_ms)
+{
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	char c;
+
+	return poll(&pf, 1, (int)timeout_ms) == 1 && read(fd, &c, 1) == 1;
+}
+
+/* A counter from a broker's statistics region (published every tick). */
+static uint64_t it_stat(const struct pd_test_broker *b, const char *name)
+{
+	struct pd_stats *copy = malloc(sizeof(*copy));
+	struct pd_segment seg;
+	struct pd_shm s;
+	uint64_t v = UINT64_MAX;
+
+	assert_non_null(copy);
+	assert_int_equal(pd_segment_attach(b->name, PD_SEG_RDONLY, 1000, &seg, NULL, 0), 0);
+	assert_int_equal(pd_layout_open(&seg, &s, NULL, 0), 0);
+	if (pd_stats_snapshot(s.stats, copy) < 0 || pd_stats_find(copy, name, &v) < 0)
+		v = UINT64_MAX;
+	pd_layout_close(&s);
+	free(copy);
+	return v;
+}
+
+static uint64_t it_wait_stat(const struct pd_test_broker *b, const char *name, uint64_t want)
+{
+	uint64_t deadline = pd_deadline_ms(3000), v;
+	struct timespec nap = { 0, 10 * 1000 * 1000 };
+
+	while ((v = it_stat(b, name)) != want && pd_now_ns() < deadline)
+		(void)nanosleep(&nap, NULL);
+	return v;
+}
+
+/* A decode agent SIGKILLed while it pins chunks of a released request:
+ * the chunks wait as zombies until the broker drops the dead agent's pins
+ * (from its pin journal), then the recv pool is whole again. */
+static void test_killed_decode_agent_pins_are_reclaimed(void **state)
+{
+	struct it *t = it_start(16, 16);
+	struct pinner p = { .d = &t->d, .req = "Q", .chunks = 4 };
+	struct timespec ticks = { 0, 300 * 1000 * 1000 };
+	int fds[2];
+	pid_t child;
+
+	(void)state;
+	assert_int_equal(pipe(fds), 0);
+	p.fd = fds[1];
+	child = pd_test_fork(decode_agent_pins_then_sleeps, &p);
+	assert_true(child > 0);
+	(void)close(fds[1]);
+	assert_int_equal(it_put(t, "Q", 0, 4, 4), 0);
+	it_expect_event(t, "Q", PD_EV_PUT_DONE);
+	assert_int_equal(read_byte(fds[0], IT_WAIT_MS), 1);
+	(void)close(fds[0]);
+	it_verify(t, "Q", 4); /* our own pins, dropped by the release */
+	assert_int_equal(pd_recv_release(t->da, "Q"), 0);
+	/* Released, but the child still pins all 4: they stay taken, tick after tick. */
+	(void)nanosleep(&ticks, NULL);
+	assert_int_equal(it_free_slots(&t->d, 1), 12);
+	assert_int_equal(kill(child, SIGKILL), 0);
+	assert_int_equal(pd_test_wait(child, 5000), 128 + SIGKILL);
+	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
+	assert_int_equal(it_wait_stat(&t->d, "agents.pins_reclaimed", 4), 4);
+	/* The broker still serves, with the whole pool. */
+	assert_int_equal(it_put(t, "R", 0, 16, 16), 0);
+	it_expect_event(t, "R", PD_EV_PUT_DONE);
+	it_verify(t, "R", 16);
+	assert_int_equal(pd_recv_release(t->da, "R"), 0);
+	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
 	it_stop(t, 0);
 }
 
@@ -142,6 +260,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cancel_between_batches),
 		cmocka_unit_test(test_killed_agent_is_reclaimed),
+		cmocka_unit_test(test_killed_decode_agent_pins_are_reclaimed),
 		cmocka_unit_test(test_zero_chunk_request_notifies_the_proxy_once),
 		cmocka_unit_test(test_idle_broker_uses_no_cpu),
 	};

@@ -7,7 +7,8 @@
  * The table is the one libpdcore.a ships; white-box checks
  * (check_invariants() in index_fixture.h) read its entries directly.
  * The 100k-operation churn against a model, seeds and the cross-process
- * tests are in test_index_mp.c.
+ * tests are in test_index_mp.c. The journalled pins (pd_index_pin_rec and
+ * friends, the agents' pin journal) close the file.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -118,10 +119,12 @@ static void test_open_rejects(void **state)
 	assert_int_equal(ix.seed, 1);
 }
 
-enum op { OP_INSERT, OP_LOOKUP, OP_PIN, OP_UNPIN, OP_COMMIT, OP_REMOVE, OP_N };
+enum op { OP_INSERT, OP_LOOKUP, OP_PIN, OP_UNPIN, OP_COMMIT, OP_REMOVE, OP_PIN_REC,
+	  OP_UNPIN_REC, OP_N };
 
 static int call_op(enum op op, struct pd_index *ix, const void *key, uint32_t klen)
 {
+	static _Atomic uint32_t cell; /* stays empty: every call here is refused */
 	struct pd_index_val v = make_val(1, PD_INDEX_PENDING);
 
 	switch (op) {
@@ -137,6 +140,10 @@ static int call_op(enum op op, struct pd_index *ix, const void *key, uint32_t kl
 		return pd_index_commit(ix, key, klen, 5);
 	case OP_REMOVE:
 		return pd_index_remove(ix, key, klen);
+	case OP_PIN_REC:
+		return pd_index_pin_rec(ix, key, klen, &v, &cell);
+	case OP_UNPIN_REC:
+		return pd_index_unpin_rec(ix, key, klen, &cell);
 	case OP_N:
 		break;
 	}
@@ -501,6 +508,160 @@ static void test_tombstones_swept(void **state)
 	check_invariants(ix);
 }
 
+/* ---- journalled pins ------------------------------------------------------------ */
+
+static int key_pin_rec(struct pd_index *ix, uint32_t i, _Atomic uint32_t *cell)
+{
+	char key[KEY_BUF];
+
+	return pd_index_pin_rec(ix, key, make_key(i, key), NULL, cell);
+}
+
+static int key_unpin_rec(struct pd_index *ix, uint32_t i, _Atomic uint32_t *cell)
+{
+	char key[KEY_BUF];
+
+	return pd_index_unpin_rec(ix, key, make_key(i, key), cell);
+}
+
+static uint32_t cell_of(_Atomic uint32_t *cell)
+{
+	return atomic_load(cell);
+}
+
+/* The bucket holding key i (white box), asserting it is there. */
+static uint32_t bucket_of(const struct pd_index *ix, uint32_t i)
+{
+	char key[KEY_BUF];
+	uint32_t klen = make_key(i, key);
+
+	for (uint32_t b = 0; b <= ix->mask; b++) {
+		const struct pd_index_entry *e = &ix->entries[b];
+
+		if (is_live(e->state) && e->klen == klen && memcmp(e->key, key, klen) == 0)
+			return b;
+	}
+	fail_msg("key %u not in the table", i);
+	return 0;
+}
+
+static void test_rec_rejects(void **state)
+{
+	struct tbl *t = *state;
+	struct pd_index *ix = tbl_make(t, 64, 8, 21);
+	_Atomic uint32_t cell = 0, used = 7;
+
+	assert_int_equal(key_insert(ix, 4), 0);
+	assert_int_equal(key_pin_rec(ix, 4, NULL), -EINVAL);
+	assert_int_equal(key_unpin_rec(ix, 4, NULL), -EINVAL);
+	/* A missing key: no pin, the cell untouched. */
+	assert_int_equal(key_pin_rec(ix, 5, &cell), -ENOENT);
+	assert_int_equal(cell_of(&cell), 0);
+	/* A cell already holding a record is never overwritten (its pin would leak). */
+	assert_int_equal(key_pin_rec(ix, 4, &used), -EBUSY);
+	assert_int_equal(cell_of(&used), 7);
+	expect_present(ix, 4, 0);
+	/* An empty cell records no pin: unpin_rec drops nothing. */
+	assert_int_equal(key_pin(ix, 4, NULL), 1);
+	assert_int_equal(key_unpin_rec(ix, 4, &cell), -ESTALE);
+	expect_present(ix, 4, 1);
+	assert_int_equal(key_unpin_rec(ix, 5, &cell), -ENOENT);
+	/* unpin_bucket: range, free, tombstone, unpinned. */
+	assert_int_equal(pd_index_unpin_bucket(NULL, 0), -EINVAL);
+	assert_int_equal(pd_index_unpin_bucket(ix, 64), -EINVAL);
+	assert_int_equal(pd_index_unpin_bucket(ix, UINT32_MAX), -EINVAL);
+	assert_int_equal(pd_index_unpin_bucket(ix, (bucket_of(ix, 4) + 1) & ix->mask), -ENOENT);
+	assert_int_equal(key_unpin(ix, 4), 0);
+	assert_int_equal(pd_index_unpin_bucket(ix, bucket_of(ix, 4)), -ENOENT);
+	expect_present(ix, 4, 0);
+	check_invariants(ix);
+}
+
+static void test_rec_records_the_bucket(void **state)
+{
+	struct tbl *t = *state;
+	struct pd_index *ix = tbl_make(t, 64, 8, 22);
+	struct pd_index_val want = make_val(9, state_of(9)), got;
+	_Atomic uint32_t a = 0, b = 0;
+	char key[KEY_BUF];
+	uint32_t klen = make_key(9, key);
+
+	insert_range(ix, 0, 20);
+	assert_int_equal(pd_index_pin_rec(ix, key, klen, &got, &a), 1);
+	assert_val(&got, &want, 1);
+	assert_int_equal(cell_of(&a), bucket_of(ix, 9) + 1);
+	assert_int_equal(key_pin_rec(ix, 9, &b), 2);
+	assert_int_equal(cell_of(&b), cell_of(&a));
+	/* Each record drops its own pin, once; the cell is emptied. */
+	assert_int_equal(key_unpin_rec(ix, 9, &a), 1);
+	assert_int_equal(cell_of(&a), 0);
+	assert_int_equal(key_unpin_rec(ix, 9, &a), -ESTALE);
+	expect_present(ix, 9, 1);
+	/* A record of another key's bucket is not this pin: left alone. */
+	assert_int_equal(key_unpin_rec(ix, 8, &b), -ESTALE);
+	assert_int_equal(cell_of(&b), bucket_of(ix, 9) + 1);
+	assert_int_equal(key_unpin_rec(ix, 9, &b), 0);
+	assert_int_equal(cell_of(&b), 0);
+	expect_present(ix, 9, 0);
+	check_invariants(ix);
+}
+
+/* The broker takes a dead agent's record (atomic exchange, then unpin by
+ * bucket); the agent, if it still runs, then finds its record gone and
+ * drops nothing. A double drop would take the other agent's pin too and let
+ * the broker free a chunk that agent still reads. */
+static void test_rec_never_drops_a_pin_twice(void **state)
+{
+	struct tbl *t = *state;
+	struct pd_index *ix = tbl_make(t, 64, 8, 23);
+	_Atomic uint32_t dead = 0, other = 0;
+	uint32_t rec;
+
+	insert_range(ix, 0, 10);
+	assert_int_equal(key_pin_rec(ix, 3, &dead), 1);
+	assert_int_equal(key_pin_rec(ix, 3, &other), 2);
+	rec = atomic_exchange(&dead, 0);
+	assert_int_equal(rec, bucket_of(ix, 3) + 1);
+	assert_int_equal(pd_index_unpin_bucket(ix, rec - 1), 0);
+	expect_present(ix, 3, 1);
+	/* The late unpin of the taken record, and a second taking: no effect. */
+	assert_int_equal(key_unpin_rec(ix, 3, &dead), -ESTALE);
+	assert_int_equal(atomic_exchange(&dead, 0), 0);
+	expect_present(ix, 3, 1);
+	assert_int_equal(key_remove(ix, 3), -EBUSY); /* the other pin holds it */
+	assert_int_equal(key_unpin_rec(ix, 3, &other), 0);
+	assert_int_equal(pd_index_unpin_bucket(ix, rec - 1), -ENOENT); /* no underflow */
+	expect_present(ix, 3, 0);
+	assert_int_equal(key_remove(ix, 3), 0);
+	check_invariants(ix);
+}
+
+/* A pinned entry keeps its bucket through removals, sweeps and inserts
+ * around it, so its journal record stays valid as long as the pin. */
+static void test_pinned_entry_keeps_its_bucket(void **state)
+{
+	const uint32_t n = 48;
+	struct tbl *t = *state;
+	struct pd_index *ix = tbl_make(t, 64, 64, 24);
+	_Atomic uint32_t cell = 0;
+	uint32_t b;
+
+	insert_range(ix, 0, n);
+	assert_int_equal(key_pin_rec(ix, 17, &cell), 1);
+	b = cell_of(&cell) - 1;
+	for (uint32_t k = 0; k < n; k++)
+		assert_int_equal(key_remove(ix, k), k == 17 ? -EBUSY : 0);
+	insert_range(ix, n, 2 * n - 4);
+	assert_int_equal(bucket_of(ix, 17), b);
+	expect_present(ix, 17, 1);
+	check_invariants(ix);
+	assert_int_equal(pd_index_unpin_bucket(ix, b), 0);
+	assert_int_equal(key_remove(ix, 17), 0);
+	/* The bucket may now hold another key: an old record must not be used. */
+	assert_int_equal(key_unpin_rec(ix, 17, &cell), -ENOENT);
+	check_invariants(ix);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -521,6 +682,10 @@ int main(void)
 		TBL_TEST(test_bounded_probe_full),
 		TBL_TEST(test_full_table),
 		TBL_TEST(test_tombstones_swept),
+		TBL_TEST(test_rec_rejects),
+		TBL_TEST(test_rec_records_the_bucket),
+		TBL_TEST(test_rec_never_drops_a_pin_twice),
+		TBL_TEST(test_pinned_entry_keeps_its_bucket),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -98,6 +98,8 @@ static void test_bad_opts_are_refused(void **state)
 	expect_bad_opts(f, o);
 	o = f->o, o.index_buckets = 1000;
 	expect_bad_opts(f, o);
+	o = f->o, o.pins_per_agent = PD_PINS_MAX + 1;
+	expect_bad_opts(f, o);
 }
 
 static void test_corrupt_agent_table_is_refused(void **state)
@@ -114,7 +116,134 @@ static void test_corrupt_agent_table_is_refused(void **state)
 	f->broker.agents->max_agents = 1000;
 	assert_int_equal(attach(f), -EPROTO);
 	f->broker.agents->max_agents = f->o.max_agents;
+	f->broker.agents->pins_off += 64;
+	assert_int_equal(attach(f), -EPROTO);
+	f->broker.agents->pins_off -= 64;
+	f->broker.agents->pins_per_agent = PD_PINS_MAX + 1;
+	assert_int_equal(attach(f), -EPROTO);
+	/* More cells than the region holds. */
+	f->broker.agents->pins_per_agent = f->broker.pins_per_agent + 64;
+	assert_int_equal(attach(f), -EPROTO);
+	f->broker.agents->pins_per_agent = f->broker.pins_per_agent;
 	assert_int_equal(attach(f), 0);
+}
+
+/* A table an older broker wrote (no journal: zero count and offset) opens. */
+static void test_table_without_journal_opens(void **state)
+{
+	struct fx *f = *state;
+
+	create_ok(f);
+	f->broker.agents->pins_per_agent = 0;
+	f->broker.agents->pins_off = 0;
+	assert_int_equal(attach(f), 0);
+	assert_int_equal(pd_layout_pins_count(&f->agent), 0);
+	assert_null(pd_layout_pins(&f->agent, 0));
+}
+
+/* Journal cells: the default count, where the journals sit, and that both
+ * sides see the same cells. */
+static void expect_pins(struct fx *f, uint32_t recv_slots, uint32_t pins, uint32_t want)
+{
+	f->o.recv_slots = recv_slots;
+	f->o.pins_per_agent = pins;
+	create_ok(f);
+	assert_int_equal(pd_layout_pins_count(&f->broker), want);
+	assert_int_equal(f->broker.agents->pins_per_agent, want);
+	pd_layout_close(&f->broker);
+	f->have_broker = 0;
+}
+
+static void test_pin_journal_geometry(void **state)
+{
+	struct fx *f = *state;
+	uintptr_t base, end, rings_end, first;
+	uint32_t n;
+
+	expect_pins(f, 16, 0, PD_PINS_MIN);
+	expect_pins(f, 600, 0, 1200);
+	expect_pins(f, 16, 5, 5);
+	expect_pins(f, 16, PD_PINS_MAX, PD_PINS_MAX);
+	expect_pins(f, 0, 0, 0);
+	expect_pins(f, 0, 100, 0);
+	f->o.recv_slots = 16;
+	f->o.pins_per_agent = 0;
+	create_ok(f);
+	assert_int_equal(attach(f), 0);
+	n = pd_layout_pins_count(&f->agent);
+	assert_int_equal(n, PD_PINS_MIN);
+	base = (uintptr_t)f->agent.agents;
+	end = base + f->agent.agents_len;
+	rings_end = base + f->agent.rings_off +
+		    f->o.max_agents * (f->agent.sq_bytes + f->agent.cq_bytes);
+	first = (uintptr_t)pd_layout_pins(&f->agent, 0);
+	for (uint32_t id = 0; id < f->o.max_agents; id++) {
+		_Atomic uint32_t *j = pd_layout_pins(&f->agent, id);
+		uintptr_t p = (uintptr_t)j;
+
+		assert_non_null(j);
+		assert_true(p >= rings_end && p + (size_t)n * 4 <= end);
+		assert_int_equal(p % 4, 0);
+		assert_true(p == first + (size_t)id * n * 4); /* back to back: disjoint */
+		for (uint32_t i = 0; i < n; i++)
+			assert_int_equal(atomic_load(&j[i]), 0);
+	}
+	assert_null(pd_layout_pins(&f->agent, f->o.max_agents));
+	assert_null(pd_layout_pins(NULL, 0));
+	assert_int_equal(pd_layout_pins_count(NULL), 0);
+	atomic_store(&pd_layout_pins(&f->agent, 3)[n - 1], 42);
+	assert_int_equal(atomic_load(&pd_layout_pins(&f->broker, 3)[n - 1]), 42);
+	atomic_store(&pd_layout_pins(&f->agent, 3)[n - 1], 0);
+}
+
+static int pin_key(struct pd_shm *s, const char *key, uint32_t id, uint32_t cell)
+{
+	return pd_index_pin_rec(&s->index, key, (uint32_t)strlen(key), NULL,
+				&pd_layout_pins(s, id)[cell]);
+}
+
+static uint32_t refcount(struct pd_shm *s, const char *key)
+{
+	struct pd_index_val v;
+
+	assert_int_equal(pd_index_lookup(&s->index, key, (uint32_t)strlen(key), &v), 0);
+	return v.refcount;
+}
+
+/* The broker empties a gone agent's journal: each recorded pin dropped
+ * once, the others' pins kept, corrupt records cleared and not counted. */
+static void test_pins_reclaim(void **state)
+{
+	struct fx *f = *state;
+	struct pd_index_val v = { .slot = 1, .state = PD_INDEX_COMMITTED };
+	_Atomic uint32_t *j1;
+	uint32_t n = 99;
+
+	create_ok(f);
+	assert_int_equal(attach(f), 0);
+	assert_int_equal(pd_index_insert(&f->broker.index, "a", 1, &v), 0);
+	assert_int_equal(pd_index_insert(&f->broker.index, "b", 1, &v), 0);
+	assert_int_equal(pin_key(&f->agent, "a", 1, 0), 1);
+	assert_int_equal(pin_key(&f->agent, "b", 1, 7), 1);
+	assert_int_equal(pin_key(&f->agent, "a", 2, 0), 2); /* another agent */
+	j1 = pd_layout_pins(&f->agent, 1);
+	atomic_store(&j1[8], f->broker.index.mask + 2); /* out of range */
+	atomic_store(&j1[9], atomic_load(&j1[0]) ^ 1);  /* not a pinned entry */
+	assert_int_equal(pd_layout_pins_reclaim(&f->broker, 1, &n), 0);
+	assert_int_equal(n, 2);
+	for (uint32_t i = 0; i < pd_layout_pins_count(&f->agent); i++)
+		assert_int_equal(atomic_load(&j1[i]), 0);
+	assert_int_equal(refcount(&f->broker, "a"), 1);
+	assert_int_equal(refcount(&f->broker, "b"), 0);
+	/* The agent, late, drops nothing more; a second pass finds nothing. */
+	assert_int_equal(pd_index_unpin_rec(&f->agent.index, "b", 1, &j1[7]), -ESTALE);
+	assert_int_equal(pd_layout_pins_reclaim(&f->broker, 1, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(refcount(&f->broker, "a"), 1);
+	assert_int_equal(pd_layout_pins_reclaim(&f->broker, f->o.max_agents, &n), -EINVAL);
+	assert_int_equal(pd_layout_pins_reclaim(NULL, 0, NULL), -EINVAL);
+	assert_int_equal(pd_layout_pins_reclaim(&f->broker, 2, NULL), 0);
+	assert_int_equal(refcount(&f->broker, "a"), 0);
 }
 
 static void test_rings_out_of_range(void **state)
@@ -167,6 +296,9 @@ static void test_send_only_broker_has_no_recv_side(void **state)
 	assert_true(f->agent.has_send);
 	assert_false(f->agent.has_recv);
 	assert_null(pd_segment_region(&f->agent.seg, PD_REGION_RECV_INDEX, NULL));
+	assert_int_equal(pd_layout_pins_count(&f->agent), 0);
+	assert_null(pd_layout_pins(&f->agent, 0));
+	assert_int_equal(pd_layout_pins_reclaim(&f->broker, 0, NULL), 0);
 }
 
 int main(void)
@@ -180,6 +312,10 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_send_only_broker_has_no_recv_side, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_table_without_journal_opens, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pin_journal_geometry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pins_reclaim, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
