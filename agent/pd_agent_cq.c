@@ -68,6 +68,33 @@ void ag_mark_cancelled(struct pd_agent *a, uint64_t tag)
 /* ---- completions --------------------------------------------------------------- */
 
 /* File one completion (lock held). */
+/* An answer whose caller gave up: forget the ask and drop the answer. */
+static int abandoned(struct pd_agent *a, uint64_t user)
+{
+	for (uint32_t i = 0; user && i < AG_MAX_ABANDONED; i++) {
+		if (a->abandoned[i] == user) {
+			a->abandoned[i] = 0;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* File an answer for its caller; the mailbox never fills with answers
+ * nobody will take: those of abandoned asks are dropped, and when full the
+ * oldest answer makes room. */
+static void file_mail(struct pd_agent *a, const struct pd_cqe *c)
+{
+	if (abandoned(a, c->user))
+		return;
+	if (a->nmail == AG_MAX_MAIL) {
+		ag_log(a, 2, "mailbox full: the oldest answer dropped");
+		memmove(a->mail, a->mail + 1, (AG_MAX_MAIL - 1) * sizeof(a->mail[0]));
+		a->nmail--;
+	}
+	a->mail[a->nmail++] = *c;
+}
+
 static void file(struct pd_agent *a, const struct pd_cqe *c)
 {
 	if (c->type == PD_CQ_PUT_DONE || c->type == PD_CQ_PUT_FAILED) {
@@ -77,8 +104,8 @@ static void file(struct pd_agent *a, const struct pd_cqe *c)
 		} else {
 			ag_log(a, 2, "event queue full: event for request dropped");
 		}
-	} else if (a->nmail < AG_MAX_MAIL) {
-		a->mail[a->nmail++] = *c;
+	} else {
+		file_mail(a, c);
 	}
 }
 
@@ -192,5 +219,15 @@ int ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms)
 
 int ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms)
 {
-	return wait_for(a, pick_mail, user, out, timeout_ms);
+	int rc = wait_for(a, pick_mail, user, out, timeout_ms);
+
+	if (rc == -ETIMEDOUT) { /* a late answer must not stay in the mailbox */
+		(void)pthread_mutex_lock(&a->lock);
+		if (!pick_mail(a, user, out)) {
+			a->abandoned[a->abandoned_next] = user;
+			a->abandoned_next = (a->abandoned_next + 1) % AG_MAX_ABANDONED;
+		}
+		(void)pthread_mutex_unlock(&a->lock);
+	}
+	return rc;
 }

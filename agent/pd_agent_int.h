@@ -12,6 +12,7 @@
 
 #define AG_MAX_EVENTS    4096u /* completions waiting for pd_next_event() */
 #define AG_MAX_MAIL      256u  /* answers waiting for their caller */
+#define AG_MAX_ABANDONED 1024u /* asks whose caller timed out: their late answers are dropped */
 #define AG_MAX_CANCELLED 64u   /* remembered cancels (refuse later allocs) */
 #define AG_SLICE_MS      100u  /* waits re-check the broker at least this often */
 
@@ -43,6 +44,8 @@ struct pd_agent {
 	uint32_t ev_head, ev_count;
 	struct pd_cqe mail[AG_MAX_MAIL]; /* answers, found by user */
 	uint32_t nmail;
+	uint64_t abandoned[AG_MAX_ABANDONED]; /* ring of user ids; 0 = empty */
+	uint32_t abandoned_next;
 	uint64_t next_user;
 	uint64_t cancelled[AG_MAX_CANCELLED]; /* request tags */
 	uint32_t ncancelled;

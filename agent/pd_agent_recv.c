@@ -25,7 +25,7 @@ static uint64_t next_user(struct pd_agent *a)
 static int ask(struct pd_agent *a, uint32_t op, const char *req_id, uint32_t timeout_ms,
 	       struct pd_cqe *answer)
 {
-	struct pd_sqe e = { .op = op };
+	struct pd_sqe e = { .op = op, .arg = op == PD_SQ_RECV_WAIT ? timeout_ms : 0 };
 	int rc;
 
 	if (ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
@@ -165,9 +165,10 @@ static void unpin_locked(struct pd_agent *a, const struct ag_pin *p)
 }
 
 /* Drop this agent's pins on the request's chunks. */
-static void unpin_request(struct pd_agent *a, uint64_t tag)
+/* @return pins dropped. */
+static uint32_t unpin_request(struct pd_agent *a, uint64_t tag)
 {
-	uint32_t i = 0;
+	uint32_t i = 0, n = 0;
 
 	(void)pthread_mutex_lock(&a->lock);
 	while (i < a->npins) {
@@ -177,8 +178,10 @@ static void unpin_request(struct pd_agent *a, uint64_t tag)
 		}
 		unpin_locked(a, &a->pins[i]);
 		a->pins[i] = a->pins[--a->npins];
+		n++;
 	}
 	(void)pthread_mutex_unlock(&a->lock);
+	return n;
 }
 
 /* Detach: drop every pin while the broker lives. Once it is gone (dead,
@@ -205,7 +208,12 @@ int pd_recv_release(struct pd_agent *a, const char *req_id)
 	rc = ask(a, PD_SQ_RECV_RELEASE, req_id, 5000, &c);
 	if (rc < 0)
 		return rc;
-	/* The broker freed what no one pins; our pinned slots go when we unpin. */
-	unpin_request(a, c.req_tag);
+	/* The broker freed what no one pins; our pinned slots go when we
+	 * unpin, and telling it lets it free them now, not at its next tick. */
+	if (unpin_request(a, c.req_tag)) {
+		struct pd_sqe d = { .op = PD_SQ_PINS_DROPPED };
+
+		(void)ag_submit(a, &d, 1);
+	}
 	return c.status;
 }

@@ -51,6 +51,7 @@ static void on_tick(void *ctx)
 	uint64_t now = pd_now_ns();
 
 	pd_agents_tick(b->agents, now);
+	broker_waiters_expire(b, now);
 	if (b->rx)
 		(void)pd_rx_tick(b->rx, now);
 	if (b->tx)

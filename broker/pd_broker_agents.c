@@ -144,6 +144,7 @@ static int add_waiter(struct pd_broker *b, uint32_t agent, const struct pd_sqe *
 		return -ENOMEM;
 	w->agent = agent;
 	w->user = e->user;
+	w->deadline = e->arg ? pd_now_ns() + (uint64_t)e->arg * PD_NS_PER_MS : UINT64_MAX;
 	w->req_len = e->u.req.req_id_len;
 	memcpy(w->req, e->u.req.req_id, w->req_len);
 	LIST_INSERT_HEAD(&b->waiters, w, link);
@@ -201,6 +202,9 @@ static int on_sqes(void *ctx, uint32_t agent, const struct pd_sqe *e, uint32_t n
 			return -EPROTO;
 		on_cancel(b, agent, e);
 		return 0;
+	case PD_SQ_PINS_DROPPED:
+		pd_rx_reap(b->rx, pd_now_ns());
+		return 0;
 	case PD_SQ_RECV_WAIT:
 		if (!req_ok(e))
 			return -EPROTO;
@@ -223,6 +227,27 @@ static void on_attach(void *ctx, uint32_t agent, const struct pd_agent_slot *s)
 	(void)s;
 	pd_stat_set(&b->shm.seg.hdr->stats[PD_STAT_AGENTS], pd_agents_count(b->agents));
 	(void)agent;
+}
+
+/* Waits whose caller gave up: answer -ETIMEDOUT (the agent drops the
+ * answer) so they do not pile up. */
+void broker_waiters_expire(struct pd_broker *b, uint64_t now)
+{
+	struct waiter *w, *next;
+
+	for (w = LIST_FIRST(&b->waiters); w; w = next) {
+		struct pd_cqe c = { .type = PD_CQ_RECV, .status = -ETIMEDOUT };
+
+		next = LIST_NEXT(w, link);
+		if (now < w->deadline)
+			continue;
+		c.user = w->user;
+		c.req_id_len = w->req_len;
+		memcpy(c.req_id, w->req, w->req_len);
+		(void)pd_agents_complete(b->agents, w->agent, &c);
+		LIST_REMOVE(w, link);
+		free(w);
+	}
 }
 
 /* The agent is gone: its loans come back, its requests are aborted. */

@@ -24,6 +24,7 @@ struct waiter {
 	LIST_ENTRY(waiter) link;
 	uint32_t agent;
 	uint64_t user;
+	uint64_t deadline;            /* CLOCK_MONOTONIC; the agent's own timeout */
 	uint8_t req_len;
 	uint8_t req[PD_REQ_ID_MAX];
 };
@@ -90,6 +91,7 @@ struct pd_broker {
 extern const struct pd_agents_ops pd_broker_agent_ops;
 void broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
 			uint32_t chunks, uint64_t tag);
+void broker_waiters_expire(struct pd_broker *b, uint64_t now);
 
 /* pd_broker_net.c */
 extern const struct pd_tx_ops pd_broker_tx_ops;

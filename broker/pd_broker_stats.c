@@ -123,6 +123,16 @@ static void put_header(struct pub *p, const struct pd_broker *b)
 			     atomic_load_explicit(&st[hdr_fields[i].off], memory_order_relaxed));
 }
 
+static uint64_t count_waiters(const struct pd_broker *b)
+{
+	const struct waiter *w;
+	uint64_t n = 0;
+
+	LIST_FOREACH(w, &b->waiters, link)
+		n++;
+	return n;
+}
+
 static void put_values(struct pub *p, const struct pd_broker *b)
 {
 	struct pd_rx_stats rs;
@@ -131,6 +141,7 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 	struct pd_tcp_stats ps;
 
 	put_header(p, b);
+	pd_stats_set(p->s, p->n++, "recv_waiters", G, count_waiters(b));
 	pd_stats_set(p->s, p->n++, "admin.requests", C, b->admin_requests);
 	pd_stats_set(p->s, p->n++, "admin.bad", C, b->admin_bad);
 	pd_stats_set(p->s, p->n++, "agents.pins_reclaimed", C, pd_agents_pins_reclaimed(b->agents));

@@ -287,6 +287,14 @@ static void expire_tombs(struct pd_rx *rx, uint64_t now_ns)
 	}
 }
 
+void pd_rx_reap(struct pd_rx *rx, uint64_t now_ns)
+{
+	if (!rx || !rx->nzombies)
+		return;
+	rx_reap_zombies(rx);
+	rx_settle(rx, now_ns); /* reaped slots may admit waiters */
+}
+
 int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns)
 {
 	int n;

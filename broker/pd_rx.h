@@ -134,6 +134,10 @@ int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_
 /* A peer failed: roll back every request it sent to. @return count. */
 int pd_rx_peer_failed(struct pd_rx *rx, uint32_t peer, uint64_t now_ns);
 
+/* Decode agents dropped pins: free the chunks nobody pins any more (and
+ * admit what then fits) now rather than at the next tick. NULL-safe. */
+void pd_rx_reap(struct pd_rx *rx, uint64_t now_ns);
+
 /* Admission timeouts, recv-ttl, tombstone expiry. @return requests failed. */
 int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns);
 

@@ -26,7 +26,8 @@
 #define PD_SQ_CANCEL       3u /* req */
 #define PD_SQ_RECV_WAIT    4u /* req: answer PD_CQ_RECV when READY or failed */
 #define PD_SQ_RECV_RELEASE 5u /* req */
-#define PD_SQ_OP_MAX       5u
+#define PD_SQ_PINS_DROPPED 6u /* no answer: this agent dropped pins; zombie slots may go */
+#define PD_SQ_OP_MAX       6u
 
 struct pd_sqe_put {
 	uint32_t n;                 /* chunk entries that follow */
@@ -54,7 +55,8 @@ struct pd_sqe_req {
 
 struct pd_sqe {
 	uint32_t op;                /* PD_SQ_* */
-	uint32_t _rsvd;
+	uint32_t arg;               /* PD_SQ_RECV_WAIT: the caller's timeout in ms (the
+				     * broker answers -ETIMEDOUT then); else 0 */
 	uint64_t user;              /* echoed in the completion */
 	union {
 		struct pd_sqe_put put;

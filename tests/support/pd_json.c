@@ -78,15 +78,70 @@ static int utf8_len(const unsigned char *s)
 	return n;
 }
 
+/* cp as UTF-8 into out; bytes written. */
+static int utf8_put(int32_t cp, char out[4])
+{
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		out[0] = (char)(0xc0 | (cp >> 6));
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		out[0] = (char)(0xe0 | (cp >> 12));
+		out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		out[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	out[0] = (char)(0xf0 | (cp >> 18));
+	out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+	out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+	out[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* A \uXXXX escape at *s (on the backslash), with its low surrogate if one
+ * follows; advances. A lone surrogate decodes to U+FFFD. */
+static int str_unicode(const char **s, char out[4])
+{
+	int32_t cp = hex4(*s + 2);
+
+	if (cp < 0)
+		return -EINVAL;
+	*s += 6;
+	if (cp >= 0xd800 && cp <= 0xdbff && (*s)[0] == '\\' && (*s)[1] == 'u') {
+		int32_t lo = hex4(*s + 2);
+
+		if (lo >= 0xdc00 && lo <= 0xdfff) {
+			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+			*s += 6;
+		}
+	}
+	if (cp >= 0xd800 && cp <= 0xdfff)
+		cp = 0xfffd; /* unpaired surrogate: valid JSON, not a character */
+	return utf8_put(cp, out);
+}
+
+/* The character a one-letter escape stands for, or -1. */
+static int str_escape(char c)
+{
+	static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+	const char *p = c ? strchr(from, c) : NULL;
+
+	return p ? to[p - from] : -1;
+}
+
 /*
  * Decode one character of the string body at *s into out (UTF-8, 1..4
  * bytes) and advance. @return bytes written; 0 at the closing quote;
- * -EINVAL malformed. A lone surrogate escape decodes to U+FFFD.
+ * -EINVAL malformed.
  */
 static int str_next(const char **s, char out[4])
 {
 	const unsigned char *u = (const unsigned char *)*s;
-	int32_t cp;
 	int n;
 
 	if (*u == '"')
@@ -106,53 +161,12 @@ static int str_next(const char **s, char out[4])
 		*s += 1;
 		return 1;
 	}
-	switch (u[1]) {
-	case '"': out[0] = '"'; break;
-	case '\\': out[0] = '\\'; break;
-	case '/': out[0] = '/'; break;
-	case 'b': out[0] = '\b'; break;
-	case 'f': out[0] = '\f'; break;
-	case 'n': out[0] = '\n'; break;
-	case 'r': out[0] = '\r'; break;
-	case 't': out[0] = '\t'; break;
-	case 'u':
-		cp = hex4(*s + 2);
-		if (cp < 0)
-			return -EINVAL;
-		*s += 6;
-		if (cp >= 0xd800 && cp <= 0xdbff && (*s)[0] == '\\' && (*s)[1] == 'u') {
-			int32_t lo = hex4(*s + 2);
-
-			if (lo >= 0xdc00 && lo <= 0xdfff) {
-				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-				*s += 6;
-			}
-		}
-		if (cp >= 0xd800 && cp <= 0xdfff)
-			cp = 0xfffd; /* unpaired surrogate: valid JSON, not a character */
-		if (cp < 0x80) {
-			out[0] = (char)cp;
-			return 1;
-		}
-		if (cp < 0x800) {
-			out[0] = (char)(0xc0 | (cp >> 6));
-			out[1] = (char)(0x80 | (cp & 0x3f));
-			return 2;
-		}
-		if (cp < 0x10000) {
-			out[0] = (char)(0xe0 | (cp >> 12));
-			out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-			out[2] = (char)(0x80 | (cp & 0x3f));
-			return 3;
-		}
-		out[0] = (char)(0xf0 | (cp >> 18));
-		out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-		out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		out[3] = (char)(0x80 | (cp & 0x3f));
-		return 4;
-	default:
+	if (u[1] == 'u')
+		return str_unicode(s, out);
+	n = str_escape((char)u[1]);
+	if (n < 0)
 		return -EINVAL;
-	}
+	out[0] = (char)n;
 	*s += 2;
 	return 1;
 }

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* The decode side under a worker that polls: waits that time out, answers
+ * that come late, and releases that must free slots for the next request. */
+#include "it_fixture.h"
+
+/* A decode worker that polls pd_recv_wait() with a short timeout before
+ * each request arrives: the late answers of its abandoned waits must not
+ * fill its mailbox (which would make every later wait time out). */
+static void test_polling_waits_keep_working(void **state)
+{
+	struct it *t = it_start(8, 8);
+	struct pd_recv_info info;
+	char req[32];
+
+	(void)state;
+	for (int i = 0; i < 600; i++) {
+		(void)snprintf(req, sizeof(req), "poll-%d", i);
+		assert_int_equal(pd_recv_wait(t->da, req, 1, &info), -ETIMEDOUT);
+		assert_int_equal(it_put(t, req, 0, 1, 1), 0);
+		it_expect_event(t, req, PD_EV_PUT_DONE);
+		assert_int_equal(pd_recv_wait(t->da, req, IT_WAIT_MS, &info), 0);
+		assert_int_equal(info.status, 0);
+		assert_int_equal(pd_recv_release(t->da, req), 0);
+	}
+	it_stop(t, 0);
+}
+
+/* Decode agents the broker still holds waits for, from its statistics. */
+static uint64_t waiters(const struct pd_test_broker *b)
+{
+	struct pd_segment seg;
+	struct pd_shm s;
+	struct pd_stats *st = calloc(1, sizeof(*st));
+	uint64_t v = UINT64_MAX;
+
+	assert_non_null(st);
+	assert_int_equal(pd_segment_attach(b->name, PD_SEG_RDONLY, 1000, &seg, NULL, 0), 0);
+	assert_int_equal(pd_layout_open(&seg, &s, NULL, 0), 0);
+	assert_int_equal(pd_stats_snapshot(s.stats, st), 0);
+	assert_int_equal(pd_stats_find(st, "recv_waiters", &v), 0);
+	pd_layout_close(&s);
+	free(st);
+	return v;
+}
+
+/* Waits for requests that never come end with the waiter's timeout on the
+ * broker side too: the broker answers them (-ETIMEDOUT) instead of keeping
+ * them until the agent detaches, and the agent drops those answers. */
+static void test_waits_for_absent_requests_expire(void **state)
+{
+	struct it *t = it_start(8, 8);
+	struct pd_recv_info info;
+	char req[32];
+
+	(void)state;
+	for (int i = 0; i < 400; i++) {
+		(void)snprintf(req, sizeof(req), "absent-%d", i);
+		assert_int_equal(pd_recv_wait(t->da, req, 1, &info), -ETIMEDOUT);
+	}
+	(void)nanosleep(&(struct timespec){ 0, 300 * 1000 * 1000 }, NULL); /* broker ticks */
+	assert_int_equal(waiters(&t->d), 0);
+	assert_int_equal(it_put(t, "after", 0, 2, 2), 0);
+	it_verify(t, "after", 2);
+	assert_int_equal(pd_recv_release(t->da, "after"), 0);
+	assert_int_equal(it_wait_free(&t->d, 1, 8), 8);
+	it_stop(t, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_polling_waits_keep_working),
+		cmocka_unit_test(test_waits_for_absent_requests_expire),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
