@@ -227,6 +227,26 @@ void pd_tx_req_free(struct pd_tx *tx, struct pd_tx_req *r)
 	free(r);
 }
 
+struct pd_tx_req *pd_tx_req_tomb_new(struct pd_tx *tx, const uint8_t *id, uint32_t len,
+				     uint32_t rank, uint64_t tomb_deadline)
+{
+	struct pd_tx_req *r;
+
+	if (tx->nreqs >= tx->max_requests || !(r = calloc(1, sizeof(*r))))
+		return NULL;
+	req_key(r, id, len, rank);
+	TAILQ_INIT(&r->batches);
+	r->state = PD_TXR_TOMB;
+	r->status = -ECANCELED;
+	r->cancelled = 1;
+	r->tomb_deadline = tomb_deadline;
+	RB_INSERT(pd_tx_req_tree, &tx->reqs, r);
+	TAILQ_INSERT_TAIL(&tx->tombs, r, link);
+	tx->nreqs++;
+	tx->st.tombstones++;
+	return r;
+}
+
 /* Undo req_new() (a fresh request whose first batch could not be allocated). */
 static void req_unnew(struct pd_tx *tx, struct pd_tx_req *r)
 {
@@ -320,6 +340,26 @@ static int refuse(struct pd_tx *tx, const struct pd_tx_submit *s, int err)
 	return err;
 }
 
+/* The first batch of a rank of a request cancelled before that rank was
+ * seen: refused, and (once: a tombstone of the rank remembers it) the
+ * agent told, as for any other rank of the request. */
+static int refuse_unseen(struct pd_tx *tx, const struct pd_tx_submit *s, uint64_t now_ns)
+{
+	struct pd_tx_result res = { .agent = s->agent, .peer = s->peer, .req_id = s->req_id,
+				    .req_id_len = s->req_id_len, .rank = s->rank,
+				    .world_size = s->world_size, .status = -ECANCELED };
+
+	(void)refuse(tx, s, -ECANCELED);
+	if (!pd_tx_req_tomb_new(tx, s->req_id, s->req_id_len, s->rank,
+				pd_tx_deadline(now_ns, tx->tombstone_ns)))
+		return -ECANCELED; /* no room to remember: told again next time */
+	if (tx->notify_failures)
+		tx->ops.proxy_notif(tx->ctx, &res);
+	tx->ops.agent_event(tx->ctx, &res);
+	tx->st.requests_cancelled++;
+	return -ECANCELED;
+}
+
 static int accept(struct pd_tx *tx, struct pd_tx_req *r, const struct pd_tx_submit *s,
 		  uint64_t now_ns)
 {
@@ -353,6 +393,8 @@ int pd_tx_submit(struct pd_tx *tx, const struct pd_tx_submit *s, uint64_t now_ns
 	if (!tx || !submit_valid(s))
 		return -EINVAL;
 	r = pd_tx_req_find(tx, s->req_id, s->req_id_len, s->rank);
+	if (!r && pd_tx_req_find(tx, s->req_id, s->req_id_len, PD_TX_ANY_RANK))
+		return refuse_unseen(tx, s, now_ns);
 	if (!r) {
 		if (tx->nreqs >= tx->max_requests)
 			return refuse(tx, s, -EBUSY);

@@ -10,8 +10,18 @@
  *
  * Aborting frees at once the staging of every batch without a write in
  * flight; the others keep theirs until their pd_tx_write_done().
+ *
+ * The ranks of one request (same req_id, same peer) share its fate at the
+ * receiver, which rolls the whole request back on the first CancelNotif.
+ * So CancelNotifs go out only once no rank of the request has a write in
+ * flight (a write landing after the rollback could land in a slot already
+ * granted to another request), a cancel or a lost agent aborts every rank
+ * of the request here, a cancel also reaches ranks that already completed
+ * (the receiver still waits for the others), and it is remembered for
+ * ranks not seen yet.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pd_log.h"
@@ -58,12 +68,61 @@ static void finish_failed(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns
 	entomb(tx, r, now_ns);
 }
 
+/* Ranks of r's request (not the remembered cancel of unseen ranks). */
+#define FOREACH_SIBLING(tx, r, s)                                                   \
+	for ((s) = pd_tx_req_first((tx), (r)->req_id, (r)->req_id_len); (s);         \
+	     (s) = pd_tx_req_next((tx), (s)))                                       \
+		if ((s)->rank != PD_TX_ANY_RANK && (s)->peer == (r)->peer)
+
+static int siblings_writing(struct pd_tx *tx, const struct pd_tx_req *r)
+{
+	struct pd_tx_req *s;
+
+	FOREACH_SIBLING(tx, r, s)
+		if (s->inflight)
+			return 1;
+	return 0;
+}
+
+/* The last rank of the request to drain (aborted or not) finishes every
+ * aborted one. */
+static void finish_aborted(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns)
+{
+	struct pd_tx_req *s;
+
+	if (siblings_writing(tx, r))
+		return;
+	FOREACH_SIBLING(tx, r, s) {
+		if (s->state == PD_TXR_ABORTING) {
+			finish_failed(tx, s, now_ns); /* stays in the tree: the walk goes on */
+		} else if (s->cancel_late == 1) {
+			s->cancel_late = 2;
+			tx->ops.cancel_notif(tx->ctx, s->peer, s->req_id, s->req_id_len, s->rank);
+		}
+	}
+}
+
 void pd_tx_req_settle(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns)
 {
 	if (r->state == PD_TXR_LIVE && r->last_seen && r->completed == r->total)
 		finish_done(tx, r, now_ns);
-	else if (r->state == PD_TXR_ABORTING && !r->inflight)
-		finish_failed(tx, r, now_ns);
+	if (!r->inflight) /* r may have been the last rank writing */
+		finish_aborted(tx, r, now_ns);
+}
+
+static void abort_siblings(struct pd_tx *tx, struct pd_tx_req *r, int err, uint32_t why,
+			   uint64_t now_ns)
+{
+	struct pd_tx_req *s;
+
+	FOREACH_SIBLING(tx, r, s) {
+		/* Ranks of another agent get PUT_FAILED -ECANCELED; ranks of the
+		 * same gone agent stay silent. */
+		uint32_t w = why == PD_TX_WHY_AGENT && s->agent != r->agent ? PD_TX_WHY_CANCEL : why;
+
+		if (s != r && s->state == PD_TXR_LIVE)
+			(void)pd_tx_req_abort(tx, s, err, w, now_ns);
+	}
 }
 
 /* Drop every batch of r that has no write in flight (its staging freed). */
@@ -93,43 +152,111 @@ int pd_tx_req_abort(struct pd_tx *tx, struct pd_tx_req *r, int err, uint32_t why
 	r->cancelled = why == PD_TX_WHY_CANCEL || why == PD_TX_WHY_AGENT;
 	tx->ops.wake_alloc(tx->ctx, r->tag);
 	drop_unposted(tx, r);
+	/* A cancel or a lost agent dooms the whole request: take the other
+	 * ranks along. A failure of one rank does not (they may still finish;
+	 * its CancelNotif waits for their writes). A failed peer takes every
+	 * request to it anyway. */
+	if (why == PD_TX_WHY_CANCEL || why == PD_TX_WHY_AGENT)
+		abort_siblings(tx, r, err, why, now_ns);
 	pd_tx_req_settle(tx, r, now_ns);
 	return 1;
 }
 
 /* ---- entry points -------------------------------------------------------------- */
 
+/* Ranks that completed before the cancel: the receiver still holds their
+ * chunks and waits for the others, so tell it too, unless every rank of
+ * the request completed (then there is nothing left to cancel). */
+static void cancel_completed(struct pd_tx *tx, const uint8_t *req_id, uint32_t len,
+			     uint64_t now_ns)
+{
+	struct pd_tx_req *r;
+	uint32_t done = 0, world = 0, open = 0;
+
+	for (r = pd_tx_req_first(tx, req_id, len); r; r = pd_tx_req_next(tx, r)) {
+		if (r->rank == PD_TX_ANY_RANK)
+			continue;
+		world = r->world_size;
+		done += r->state == PD_TXR_TOMB && r->status == 0;
+		open += r->state != PD_TXR_TOMB;
+	}
+	if (done == 0 || (done == world && !open))
+		return;
+	for (r = pd_tx_req_first(tx, req_id, len); r; r = pd_tx_req_next(tx, r)) {
+		if (r->rank == PD_TX_ANY_RANK || r->state != PD_TXR_TOMB || r->status ||
+		    !r->alloc_sent || r->peer_failed || r->cancel_late)
+			continue;
+		r->cancel_late = 1; /* sent by finish_aborted() once no rank writes */
+		finish_aborted(tx, r, now_ns);
+	}
+}
+
+/* A cancel aborts every rank of the request here (they share its fate at
+ * the receiver), reaches ranks that completed, and is remembered for ranks
+ * not seen yet. The rank argument only says who asked. */
 int pd_tx_cancel(struct pd_tx *tx, const uint8_t *req_id, uint32_t len, uint32_t rank,
 		 uint64_t now_ns)
 {
 	struct pd_tx_req *r;
 	int n = 0;
 
+	(void)rank;
 	if (!tx || !req_id || !len || len > PD_REQ_ID_MAX)
 		return -EINVAL;
-	if (rank != PD_TX_ANY_RANK) {
-		r = pd_tx_req_find(tx, req_id, len, rank);
-		return r ? pd_tx_req_abort(tx, r, -ECANCELED, PD_TX_WHY_CANCEL, now_ns) : 0;
-	}
-	/* Aborting never removes a request from the tree: the walk is safe. */
 	for (r = pd_tx_req_first(tx, req_id, len); r; r = pd_tx_req_next(tx, r))
-		n += pd_tx_req_abort(tx, r, -ECANCELED, PD_TX_WHY_CANCEL, now_ns);
+		n += r->state == PD_TXR_LIVE;
+	/* Aborting never removes a request from the tree: the walk is safe.
+	 * One abort takes the other ranks of its peer along. */
+	for (r = pd_tx_req_first(tx, req_id, len); r; r = pd_tx_req_next(tx, r))
+		(void)pd_tx_req_abort(tx, r, -ECANCELED, PD_TX_WHY_CANCEL, now_ns);
+	cancel_completed(tx, req_id, len, now_ns);
+	if (!pd_tx_req_find(tx, req_id, len, PD_TX_ANY_RANK))
+		(void)pd_tx_req_tomb_new(tx, req_id, len, PD_TX_ANY_RANK,
+					 pd_tx_deadline(now_ns, tx->tombstone_ns));
 	return n;
 }
 
+static int is_who(const struct pd_tx_req *r, uint32_t who, uint32_t why)
+{
+	return (why == PD_TX_WHY_AGENT ? r->agent : r->peer) == who;
+}
+
 /* Abort every live or aborting request whose agent (or peer) is who. A scan:
- * agents and peers are lost rarely, and only requests not ended are walked. */
+ * agents and peers are lost rarely, and only requests not ended are walked.
+ * An abort may end other requests (ranks of the same request), so the
+ * matches are collected first; without memory for that, the walk restarts
+ * after each abort. */
 static int abort_all(struct pd_tx *tx, uint32_t who, int err, uint32_t why, uint64_t now_ns)
 {
-	struct pd_tx_req *r, *next;
-	int n = 0;
+	struct pd_tx_req *r, **v;
+	uint32_t n = 0, k = 0;
+	int aborted = 0;
 
-	for (r = TAILQ_FIRST(&tx->live); r; r = next) {
-		next = TAILQ_NEXT(r, link);       /* r may move to tx->tombs */
-		if ((why == PD_TX_WHY_AGENT ? r->agent : r->peer) == who)
-			n += pd_tx_req_abort(tx, r, err, why, now_ns);
+	TAILQ_FOREACH(r, &tx->live, link)
+		n += is_who(r, who, why);
+	v = n ? calloc(n, sizeof(*v)) : NULL;
+	if (!v) {
+		int again = 1;
+
+		while (again) {
+			again = 0;
+			TAILQ_FOREACH(r, &tx->live, link) {
+				if (is_who(r, who, why) && pd_tx_req_abort(tx, r, err, why, now_ns)) {
+					aborted++;
+					again = 1;
+					break;
+				}
+			}
+		}
+		return aborted;
 	}
-	return n;
+	TAILQ_FOREACH(r, &tx->live, link)
+		if (k < n && is_who(r, who, why))
+			v[k++] = r;
+	for (uint32_t i = 0; i < k; i++) /* none is freed meanwhile: ended ones are tombs */
+		aborted += pd_tx_req_abort(tx, v[i], err, why, now_ns);
+	free(v);
+	return aborted;
 }
 
 int pd_tx_agent_gone(struct pd_tx *tx, uint32_t agent, uint64_t now_ns)

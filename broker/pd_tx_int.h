@@ -68,6 +68,8 @@ struct pd_tx_req {
 	uint32_t inflight;                     /* batches in PD_TXB_WRITING */
 	int32_t status;                        /* 0, or why it failed */
 	uint8_t last_seen, alloc_sent, agent_gone, peer_failed, cancelled;
+	uint8_t cancel_late;                   /* completed, then cancelled: 1 CancelNotif
+						* owed (sent once no rank writes), 2 sent */
 	uint8_t req_id_len;
 	uint8_t req_id[PD_REQ_ID_MAX];
 };
@@ -102,6 +104,11 @@ struct pd_tx_req *pd_tx_req_find(struct pd_tx *tx, const uint8_t *id, uint32_t l
 /* The first request of req_id (lowest rank), then the next one of it; NULL at the end. */
 struct pd_tx_req *pd_tx_req_first(struct pd_tx *tx, const uint8_t *id, uint32_t len);
 struct pd_tx_req *pd_tx_req_next(struct pd_tx *tx, struct pd_tx_req *r);
+/* A tombstone of (req_id, rank) that refuses batches (-ECANCELED): with
+ * PD_TX_ANY_RANK, every rank not seen yet of a cancelled request. NULL when
+ * max_requests is reached or no memory. */
+struct pd_tx_req *pd_tx_req_tomb_new(struct pd_tx *tx, const uint8_t *id, uint32_t len,
+				     uint32_t rank, uint64_t tomb_deadline);
 /* Remove from the lookup tree and free (batches must be gone). */
 void pd_tx_req_free(struct pd_tx *tx, struct pd_tx_req *r);
 /* Free the staging of b, unlink and free it (b not PD_TXB_WRITING). */

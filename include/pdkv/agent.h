@@ -119,7 +119,10 @@ int pd_put(struct pd_agent *a, const struct pd_batch *b);
 /**
  * Abort a request from any thread: its blocked pd_alloc() calls return
  * -ECANCELED, the broker drops its queued batches, waits for writes in
- * flight, then frees everything on both sides. Idempotent.
+ * flight, then frees everything on both sides. The whole request is
+ * aborted, every rank of it on this broker: the other ranks' agents get
+ * PUT_FAILED -ECANCELED (also for ranks whose first batch comes later).
+ * Idempotent.
  * @return 0; -ENOTCONN; -EINVAL.
  */
 int pd_cancel(struct pd_agent *a, const char *req_id);

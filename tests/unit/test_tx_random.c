@@ -13,7 +13,7 @@
  * written; PUT_DONE/PUT_FAILED at most once per request (right after its
  * ProxyNotif), never to a gone agent; ProxyNotif at most once per request
  * and, with status 0, only when every chunk of it completed; CancelNotif
- * only with no write of the request in flight, never after its peer
+ * only with no write of the request (any rank) in flight, never after its peer
  * failed. At the end, after cancelling everything and draining the
  * writes: every slot freed exactly once, nothing live, no tombstone.
  *
@@ -48,6 +48,7 @@ struct h {
 	uint32_t agent[NAGENTS];       /* current id of agent slot i */
 	uint32_t gone[64];
 	uint32_t ngone;
+	uint32_t submitting;           /* key + 1 during its submit */
 };
 
 static const char *const ids[NIDS] = { "q0", "q1", "q2", "q3" };
@@ -108,10 +109,11 @@ static void on_cancel(struct h *h, const struct fx_ev *e)
 
 	if (h->k[k].peer_dead)
 		fx_breach(h->f, "CancelNotif %s/%u after its peer failed", e->req, e->rank);
-	for (s = h->k[k].first_seq; s <= h->max_seq; s++)
-		if (h->seq_key[s] == k && h->f->b[s].writing)
-			fx_breach(h->f, "CancelNotif %s/%u with seq %llu being written", e->req,
-				  e->rank, (unsigned long long)s);
+	/* The receiver rolls back every rank of the request: none may be writing. */
+	for (s = 1; s <= h->max_seq; s++)
+		if (h->seq_key[s] / NRANKS == k / NRANKS && h->f->b[s].writing)
+			fx_breach(h->f, "CancelNotif %s/%u with seq %llu of rank %u being written",
+				  e->req, e->rank, (unsigned long long)s, h->seq_key[s] % NRANKS);
 }
 
 static void on_proxy(struct h *h, const struct fx_ev *e)
@@ -119,7 +121,9 @@ static void on_proxy(struct h *h, const struct fx_ev *e)
 	uint32_t k = key_of(e->req, e->rank);
 	struct key *kk = &h->k[k];
 
-	if (!kk->open)
+	/* A rank's first batch after a cancel of its request is refused and
+	 * reported at once (it never became a request). */
+	if (!kk->open && !(h->submitting == k + 1 && e->status == -ECANCELED))
 		fx_breach(h->f, "ProxyNotif %s/%u for no request", e->req, e->rank);
 	if (!e->status)
 		check_complete(h, k, e);
@@ -184,6 +188,7 @@ static void ev_submit(struct h *h)
 	struct key *kk = &h->k[k];
 	struct fx_req q;
 	struct pd_tx_submit s;
+	struct pd_tx_stats st0, st1;
 	int rc;
 
 	if (kk->last && rnd(h, 20))
@@ -197,6 +202,8 @@ static void ev_submit(struct h *h)
 	s = fx_sub(&q, n, last, NULL);
 	if (!rnd(h, 40))
 		s.total_chunks++;                  /* inconsistent */
+	pd_tx_get_stats(h->f->tx, &st0);
+	h->submitting = k + 1;
 	rc = fx_submit(h->f, &s);
 	if (rc && rc != -EPROTO && rc != -ECANCELED && rc != -EBUSY)
 		fx_breach(h->f, "submit: %d", rc);
@@ -207,10 +214,13 @@ static void ev_submit(struct h *h)
 		kk->last = (uint8_t)last;
 	}
 	scan(h);
-	/* -EPROTO on no request: created and failed (closed by its ProxyNotif),
-	 * or a completed one's tombstone (nothing happened). */
+	h->submitting = 0;
+	pd_tx_get_stats(h->f->tx, &st1);
+	/* -EPROTO on no request: created and failed (closed by its ProxyNotif
+	 * now, or later once its other rank's writes drain: then it is still
+	 * live), or a completed one's tombstone (nothing happened). */
 	if (rc == -EPROTO && !was_open)
-		kk->open = 0;
+		kk->open = st1.live_requests > st0.live_requests;
 }
 
 /* Some positions of an n-chunk batch, distinct, in random order. */
