@@ -99,10 +99,12 @@ all: $(LIBCORE) $(LIBBROKER) $(LIBAGENT) $(BINS)
 
 help:
 	@echo "make            build libpdcore.a, libpdagent.so and the programs"
+	@echo "make demo       the main job: a local 2P1D cluster moving and verifying 200 requests"
 	@echo "make test       install missing deps, build, run every test (N passed, N failed)"
 	@echo "make check      the whole test suite under ASan + UBSan (build/asan)"
 	@echo "make tsan       threaded tests under TSan (build/tsan)"
 	@echo "make bench      micro-benchmarks (shm core, receiver engine) beside their baselines"
+	@echo "make compare-peers  pdbench beside iperf3 and UCX on this machine (COMPARE_ARGS=--quick)"
 	@echo "make fuzz       libFuzzer on the wire codec for FUZZ_SECONDS=$(FUZZ_SECONDS) (clang, build/fuzz)"
 	@echo "make deps       install the Debian packages pdkv needs (root), or print the command"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=: programs, libpdagent.so, headers, pdkv.pc"
@@ -256,8 +258,16 @@ clean:
 
 -include $(shell find build/$(VARIANT) $(FUZZ_B) -name '*.d' 2>/dev/null)
 
-.PHONY: demo
-demo:
-	@echo "make demo: not available yet: it needs pdbroker and pdbench, which are not built yet."
-	@echo "Run 'make test' to build and test what exists (the shared-memory core)."
-	@exit 2
+# The main job: a local 2P1D cluster over TCP, 200 requests of chunked
+# prefill (16 chunks in batches of 4) with 8 in flight against a receive
+# pool of 64 slots, so admission has to queue; every byte is verified.
+DEMO_ARGS ?= --local --prefill 2 --decode 1 --tp 1 --transport tcp --requests 200 \
+	     --concurrency 8 --chunks 16 --batch 4 --slot-size 256K --recv-slots 64 \
+	     --send-slots 128 --abort-rate 0.05 --seed 1
+.PHONY: demo compare-peers
+demo: all
+	@echo "make demo: pdbench $(DEMO_ARGS)"
+	@$(PDBENCH) $(DEMO_ARGS)
+
+compare-peers: all
+	@tools/compare-peers.sh $(COMPARE_ARGS)

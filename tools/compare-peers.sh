@@ -1,0 +1,117 @@
+#!/bin/bash
+# pdkv beside its peers on this machine, one after another, same chunk size:
+#   iperf3 (one TCP stream, -l CHUNK), UCX ucx_perftest (tcp tag_bw and
+#   posix ucp_put_bw), and pdbench 1P1D over pdkv's TCP transport.
+# Prints each figure and pdkv's throughput as a ratio to it. The machine is
+# shared and noisy: only ratios from one run mean anything.
+#
+#   tools/compare-peers.sh [--chunk SIZE] [--seconds N] [--quick]
+#
+# Needs iperf3 and ucx-utils (installed with apt-get when run as root; a
+# baseline whose tool is missing is reported as skipped).
+set -u
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+B=${B:-$HERE/build/release}
+CHUNK=1M
+SECONDS_RUN=3
+REQUESTS=256
+
+usage() {
+	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+	exit "${1:-0}"
+}
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	--chunk) CHUNK=${2:?--chunk needs a size}; shift 2 ;;
+	--seconds) SECONDS_RUN=${2:?--seconds needs a number}; shift 2 ;;
+	--quick) SECONDS_RUN=1; REQUESTS=96; shift ;;
+	-h|--help) usage 0 ;;
+	*) echo "compare-peers: unknown option $1" >&2; usage 2 >&2 ;;
+	esac
+done
+
+bytes_of() { # 1M -> 1048576
+	local n=${1%[KkMmGg]} u=${1##*[0-9]}
+	case $u in
+	K|k) echo $((n << 10)) ;; M|m) echo $((n << 20)) ;; G|g) echo $((n << 30)) ;;
+	*) echo "$n" ;;
+	esac
+}
+CHUNK_B=$(bytes_of "$CHUNK")
+case $CHUNK_B in ''|*[!0-9]*) echo "compare-peers: --chunk $CHUNK is not a size" >&2; exit 2 ;; esac
+
+need_tools() {
+	local missing=()
+	command -v iperf3 >/dev/null || missing+=(iperf3)
+	command -v ucx_perftest >/dev/null || missing+=(ucx-utils)
+	[ ${#missing[@]} -eq 0 ] && return
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "compare-peers: installing ${missing[*]}" >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null ||
+			{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -q "${missing[@]}" >/dev/null; }
+	else
+		echo "compare-peers: missing ${missing[*]} (apt-get install ${missing[*]})" >&2
+	fi
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + RANDOM % 20000)); }
+
+iperf3_gbs() {
+	command -v iperf3 >/dev/null || return 1
+	local port; port=$(free_port)
+	iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+	sleep 0.5
+	iperf3 -c 127.0.0.1 -p "$port" -l "$CHUNK_B" -t "$SECONDS_RUN" -J 2>/dev/null |
+		awk -F: '/"bits_per_second"/ { gsub(/[ ,]/, "", $2); v = $2 } END { if (v) printf "%.2f\n", v / 8e9 }'
+	wait
+}
+
+# ucx_perftest TLS TEST: GB/s from its final line (column 6: MiB/s overall)
+ucx_gbs() {
+	command -v ucx_perftest >/dev/null || return 1
+	local port n; port=$(free_port)
+	n=$(( (SECONDS_RUN << 30) / CHUNK_B )); [ "$n" -lt 32 ] && n=32
+	UCX_TLS=$1 UCX_NET_DEVICES=lo timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
+	sleep 0.5
+	UCX_TLS=$1 UCX_NET_DEVICES=lo timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$2" \
+		-s "$CHUNK_B" -n "$n" -w $((n / 10 + 4)) -f 2>/dev/null |
+		awk 'NF == 8 && $1 ~ /^[0-9]+$/ { v = $6 } END { if (v) printf "%.2f\n", v * 1048576 / 1e9 }'
+	wait
+}
+
+pdbench_gbs() {
+	local json; json=$(mktemp /tmp/pdkv-compare.XXXXXX.json)
+	"$B/pdbench" --local --prefill 1 --decode 1 --tp 1 --slot-size "$CHUNK" --chunks 8 \
+		--batch 8 --requests "$REQUESTS" --concurrency 16 --send-slots 128 \
+		--recv-slots 128 --json "$json" --quiet >/dev/null 2>&1 || { rm -f "$json"; return 1; }
+	sed -n 's/.*"gb_per_s": *\([0-9.]*\).*/\1/p' "$json" | head -1
+	rm -f "$json"
+}
+
+[ -x "$B/pdbench" ] || make -C "$HERE" -s >/dev/null || { echo "compare-peers: build failed" >&2; exit 1; }
+need_tools
+echo "compare-peers: chunk $CHUNK, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)" >&2
+
+PD=$(pdbench_gbs) || PD=""
+IP=$(iperf3_gbs) || IP=""
+UT=$(ucx_gbs tcp tag_bw) || UT=""
+UP=$(ucx_gbs posix ucp_put_bw) || UP=""
+
+row() { # name value
+	if [ -z "$2" ]; then
+		printf '%-44s %10s %12s\n' "$1" "skipped" "-"
+	elif [ -z "$PD" ]; then
+		printf '%-44s %10s %12s\n' "$1" "$2" "-"
+	else
+		printf '%-44s %10s %11sx\n' "$1" "$2" "$(awk -v a="$PD" -v b="$2" 'BEGIN { printf "%.2f", a / b }')"
+	fi
+}
+
+printf '%-44s %10s %12s\n' "measure (GB/s)" "GB/s" "pdkv ratio"
+printf '%-44s %10s %12s\n' "pdkv pdbench 1P1D, tcp, verified" "${PD:-failed}" ""
+row "iperf3, 1 stream, -l $CHUNK" "$IP"
+row "UCX ucx_perftest tcp tag_bw $CHUNK" "$UT"
+row "UCX ucx_perftest posix ucp_put_bw $CHUNK" "$UP"
+[ -n "$PD" ]

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/* pdbench: the progress line, the summary table, the JSON file, the verdict. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pd_time.h"
+#include "pdb.h"
+
+static double gbps(uint64_t bytes, double seconds)
+{
+	return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
+}
+
+void pd_bench_progress(const struct pd_bench_opts *o, const struct pd_bench_result *r,
+		       uint32_t done, double seconds, int final)
+{
+	static double last;
+	static int drawn;
+	int tty = isatty(2);
+
+	if (o->quiet)
+		return;
+	if (final) {
+		if (drawn && tty)
+			fputc('\n', stderr);
+		return;
+	}
+	if (seconds - last < (tty ? 0.2 : 2.0))
+		return;
+	last = seconds;
+	drawn = 1;
+	fprintf(stderr, "%s%" PRIu32 "/%" PRIu32 " done, %" PRIu32 " ok, %" PRIu32 " failed, %"
+		PRIu32 " cancelled, %.2f GB/s%s", tty ? "\r" : "", done, r->requests, r->ok,
+		r->failed, r->cancelled, gbps(r->bytes, seconds), tty ? "   " : "\n");
+}
+
+/* Nearest-rank quantile of the samples (sorted by the coordinator), in ms. */
+static double quantile_ms(const struct pd_bench_result *r, double q)
+{
+	uint32_t i;
+
+	if (!r->nlat)
+		return 0.0;
+	i = (uint32_t)(q * r->nlat + 0.999999);
+	i = i == 0 ? 0 : i - 1;
+	if (i >= r->nlat)
+		i = r->nlat - 1;
+	return (double)r->lat_ns[i] / 1e6;
+}
+
+static void size_str(char *buf, size_t len, uint64_t v)
+{
+	if (v % (1u << 20) == 0)
+		(void)snprintf(buf, len, "%" PRIu64 "M", v >> 20);
+	else if (v % 1024 == 0)
+		(void)snprintf(buf, len, "%" PRIu64 "K", v >> 10);
+	else
+		(void)snprintf(buf, len, "%" PRIu64, v);
+}
+
+void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result *r)
+{
+	char slot[32];
+
+	size_str(slot, sizeof(slot), o->slot_size);
+	printf("pdbench: %" PRIu32 " prefill x %" PRIu32 " decode brokers, tp %" PRIu32
+	       ", %s, slot %s, recv-slots %" PRIu32 ", send-slots %" PRIu32 "\n",
+	       o->nprefill, o->ndecode, o->tp, o->local ? o->transport : "(attached)", slot,
+	       o->recv_slots, o->send_slots);
+	printf("  load        %" PRIu32 " requests, concurrency %" PRIu32 ", chunks %" PRIu32
+	       "..%" PRIu32 " per rank, batch %" PRIu32 ", abort-rate %.2f, seed %" PRIu64 "\n",
+	       o->requests, o->concurrency, o->chunks_min, o->chunks_max, o->batch,
+	       o->abort_rate, o->seed);
+	printf("  requests    %" PRIu32 " ok, %" PRIu32 " failed, %" PRIu32 " cancelled%s\n",
+	       r->ok, r->failed, r->cancelled, r->interrupted ? " (interrupted)" : "");
+	printf("  data        %.3f GB verified in %.2f s = %.2f GB/s\n", (double)r->bytes / 1e9,
+	       r->seconds, gbps(r->bytes, r->seconds));
+	printf("  latency     p50 %.2f ms, p99 %.2f ms (first pd_alloc -> decode verified)\n",
+	       quantile_ms(r, 0.50), quantile_ms(r, 0.99));
+	printf("  admit wait  p50 %.2f ms, p99 %.2f ms (decode brokers' histogram)\n",
+	       (double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
+	if (r->bad_exits)
+		printf("  processes   %" PRIu32 " agent processes or brokers did not exit cleanly\n",
+		       r->bad_exits);
+	printf("%" PRIu32 " lost, %" PRIu32 " corrupted, %" PRIu64 " leaked slots%s\n", r->lost,
+	       r->corrupted, r->leaked_slots, !r->leaks_checked ? " (not checked)" :
+	       r->leaks_counted ? "" : " (brokers not ours: slots in use, not counted)");
+	(void)fflush(stdout);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", (unsigned)*s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static void json_body(FILE *f, const struct pd_bench_opts *o, const struct pd_bench_result *r)
+{
+	fprintf(f, "{\n  \"requests\": %" PRIu32 ",\n  \"requests_ok\": %" PRIu32
+		",\n  \"requests_failed\": %" PRIu32 ",\n  \"requests_cancelled\": %" PRIu32
+		",\n  \"bytes\": %" PRIu64 ",\n  \"seconds\": %.6f,\n  \"gb_per_s\": %.6f,\n",
+		r->requests, r->ok, r->failed, r->cancelled, r->bytes, r->seconds,
+		gbps(r->bytes, r->seconds));
+	fprintf(f, "  \"lat_p50_ms\": %.6f,\n  \"lat_p99_ms\": %.6f,\n  \"admit_wait_p50_ms\": %.6f,"
+		"\n  \"admit_wait_p99_ms\": %.6f,\n", quantile_ms(r, 0.50), quantile_ms(r, 0.99),
+		(double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
+	fprintf(f, "  \"lost\": %" PRIu32 ",\n  \"corrupted\": %" PRIu32 ",\n  \"corrupted_chunks\": %"
+		PRIu64 ",\n  \"leaked_slots\": %" PRIu64 ",\n  \"leaks_checked\": %s,\n  \"leaks_counted\": %s,\n"
+		"  \"interrupted\": %s,\n  \"bad_exits\": %" PRIu32 ",\n", r->lost, r->corrupted, r->corrupted_chunks,
+		r->leaked_slots, r->leaks_checked ? "true" : "false", r->leaks_counted ? "true" : "false",
+		r->interrupted ? "true" : "false", r->bad_exits);
+	fprintf(f, "  \"local\": %s,\n  \"prefill\": %" PRIu32 ",\n  \"decode\": %" PRIu32
+		",\n  \"tp\": %" PRIu32 ",\n  \"transport\": ", o->local ? "true" : "false",
+		o->nprefill, o->ndecode, o->tp);
+	json_str(f, o->local ? o->transport : "");
+	fprintf(f, ",\n  \"chunks\": %" PRIu32 ",\n  \"chunks_min\": %" PRIu32 ",\n  \"chunks_max\": %"
+		PRIu32 ",\n  \"batch\": %" PRIu32 ",\n  \"slot_size\": %" PRIu64
+		",\n  \"recv_slots\": %" PRIu32 ",\n  \"send_slots\": %" PRIu32, o->chunks_max,
+		o->chunks_min, o->chunks_max, o->batch, o->slot_size, o->recv_slots, o->send_slots);
+	fprintf(f, ",\n  \"concurrency\": %" PRIu32 ",\n  \"abort_rate\": %.6f,\n  \"partial\": %s,"
+		"\n  \"seed\": %" PRIu64 ",\n  \"timeout_s\": %" PRIu32 "\n}\n", o->concurrency,
+		o->abort_rate, o->partial ? "true" : "false", o->seed, o->timeout_s);
+}
+
+int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *r,
+			 const char *path)
+{
+	FILE *f = fopen(path, "w");
+	int rc;
+
+	if (!f) {
+		rc = -errno;
+		fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
+		return rc;
+	}
+	json_body(f, o, r);
+	rc = ferror(f) ? -EIO : 0;
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	if (rc < 0)
+		fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
+	return rc;
+}
+
+int pd_bench_report_exit(const struct pd_bench_result *r)
+{
+	if (r->lost || r->corrupted || r->failed || (r->leaks_counted && r->leaked_slots) ||
+	    r->bad_exits)
+		return 1;
+	return r->ok + r->cancelled == r->requests ? 0 : 1;
+}

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pdbench: the brokers' segments, read-only: slot sizes and pool sizes
+ * before the run, the admission-wait histogram and the slots still in use
+ * (leaked) after it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "pd_layout.h"
+#include "pd_stats.h"
+#include "pd_time.h"
+#include "pdb.h"
+
+static void nap_ms(uint32_t ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	(void)nanosleep(&ts, NULL);
+}
+
+static int seg_open(const struct pd_bench_broker *b, struct pd_shm *shm, int quiet)
+{
+	struct pd_segment seg;
+	char err[256] = "";
+	int rc = pd_segment_attach(b->name, PD_SEG_RDONLY, 2000, &seg, err, sizeof(err));
+
+	if (rc == 0) {
+		rc = pd_layout_open(&seg, shm, err, sizeof(err));
+		if (rc < 0)
+			pd_segment_destroy(&seg);
+	}
+	if (rc < 0 && !quiet)
+		fprintf(stderr, "pdbench: broker %s: cannot read its segment: %s%s%s\n", b->name,
+			err, err[0] ? ": " : "", pd_strerror(rc));
+	return rc;
+}
+
+/* Chunks one prefill broker may have to stage at once (round-robin). */
+static uint64_t staging(const struct pd_bench_opts *o)
+{
+	return (uint64_t)((o->concurrency + o->nprefill - 1) / o->nprefill) * o->tp *
+	       o->chunks_max;
+}
+
+/* One broker's pools against what the run needs. */
+static int probe_one(struct pd_bench_broker *b, const struct pd_shm *s,
+		     const struct pd_bench_opts *o, uint64_t *chunk, uint32_t *nrecv,
+		     uint32_t *nsend)
+{
+	const struct pd_pool *p = b->decode ? &s->recv : &s->send;
+
+	if (!(b->decode ? s->has_recv : s->has_send)) {
+		fprintf(stderr, "pdbench: broker %s has no %s slots\n", b->name,
+			b->decode ? "receive" : "send");
+		return -EINVAL;
+	}
+	if (p->slot_size < *chunk)
+		*chunk = p->slot_size;
+	if (!o->local && b->decode && p->nslots < *nrecv)
+		*nrecv = p->nslots; /* attached: report what the brokers have */
+	if (!o->local && !b->decode && p->nslots < *nsend)
+		*nsend = p->nslots;
+	if (b->decode && (uint64_t)o->chunks_max * o->tp > p->nslots) {
+		fprintf(stderr, "pdbench: --chunks: a request needs %" PRIu64 " receive slots; "
+			"broker %s has %" PRIu32 "\n", (uint64_t)o->chunks_max * o->tp, b->name,
+			p->nslots);
+		return -EINVAL;
+	}
+	if (!b->decode && (o->batch < o->chunks_max ? o->batch : o->chunks_max) > p->nslots) {
+		fprintf(stderr, "pdbench: --batch: larger than the %" PRIu32
+			" send slots of broker %s\n", p->nslots, b->name);
+		return -EINVAL;
+	}
+	if (!b->decode && !o->quiet && staging(o) > p->nslots)
+		fprintf(stderr, "pdbench: warning: broker %s has %" PRIu32 " send slots; the %"
+			PRIu32 " requests it may have in flight can stage %" PRIu64 " chunks: "
+			"batches waiting for admission can hold every slot that admitted requests "
+			"need (only timeouts end that)\n", b->name, p->nslots,
+			(o->concurrency + o->nprefill - 1) / o->nprefill, staging(o));
+	if (b->decode) {
+		b->stats0 = calloc(1, sizeof(*b->stats0));
+		if (!b->stats0 || pd_stats_snapshot(s->stats, b->stats0) < 0) {
+			free(b->stats0); /* no statistics: admission waits read 0 */
+			b->stats0 = NULL;
+		}
+	}
+	return 0;
+}
+
+int pd_bench_cluster_probe(struct pd_bench_cluster *c, struct pd_bench_opts *o)
+{
+	uint32_t nrecv = UINT32_MAX, nsend = UINT32_MAX;
+	uint64_t chunk = UINT64_MAX;
+	struct pd_shm s;
+	int rc = 0;
+
+	for (uint32_t i = 0; rc == 0 && i < c->nprefill + c->ndecode; i++) {
+		rc = seg_open(&c->b[i], &s, 0);
+		if (rc < 0)
+			return rc;
+		rc = probe_one(&c->b[i], &s, o, &chunk, &nrecv, &nsend);
+		pd_layout_close(&s);
+	}
+	if (rc < 0)
+		return rc;
+	if (o->slot_size_set && o->slot_size > chunk) {
+		fprintf(stderr, "pdbench: --slot-size: larger than the brokers' slots (%" PRIu64
+			")\n", chunk);
+		return -EINVAL;
+	}
+	if (!o->slot_size_set)
+		o->slot_size = chunk;
+	if (!o->local) {
+		o->recv_slots = nrecv;
+		o->send_slots = nsend;
+	}
+	return 0;
+}
+
+static uint64_t in_use(const struct pd_shm *s)
+{
+	uint64_t n = 0;
+
+	if (s->has_send)
+		n += s->send.nslots - pd_pool_nfree(&s->send);
+	if (s->has_recv)
+		n += s->recv.nslots - pd_pool_nfree(&s->recv);
+	return n;
+}
+
+uint64_t pd_bench_cluster_leaks(const struct pd_bench_cluster *c, uint32_t wait_ms)
+{
+	uint64_t deadline = pd_deadline_ms(wait_ms), total = 0;
+
+	for (uint32_t i = 0; i < c->nprefill + c->ndecode; i++) {
+		struct pd_shm s;
+		uint64_t n;
+
+		if (seg_open(&c->b[i], &s, 0) < 0)
+			continue;
+		while ((n = in_use(&s)) != 0 && pd_now_ns() < deadline)
+			nap_ms(20);
+		if (n)
+			fprintf(stderr, "pdbench: broker %s: %" PRIu64 " slots still in use\n",
+				c->b[i].name, n);
+		total += n;
+		pd_layout_close(&s);
+	}
+	return total;
+}
+
+void pd_bench_cluster_admit(const struct pd_bench_cluster *c, uint64_t *p50, uint64_t *p99)
+{
+	struct pd_stat_hist sum = { .count = 0 };
+	struct pd_stats *now = calloc(1, sizeof(*now));
+
+	for (uint32_t i = c->nprefill; now && i < c->nprefill + c->ndecode; i++) {
+		const struct pd_stat_hist *h0, *h1;
+		struct pd_shm s;
+		int rc;
+
+		if (!c->b[i].stats0 || seg_open(&c->b[i], &s, 1) < 0)
+			continue;
+		rc = pd_stats_snapshot(s.stats, now);
+		pd_layout_close(&s);
+		if (rc < 0 || now->nhist <= PD_HIST_ADMIT_WAIT)
+			continue;
+		h1 = &now->hist[PD_HIST_ADMIT_WAIT];
+		h0 = &c->b[i].stats0->hist[PD_HIST_ADMIT_WAIT]; /* zero if not published then */
+		for (uint32_t k = 0; k < PD_STATS_BUCKETS; k++) {
+			uint64_t d = h1->bucket[k] >= h0->bucket[k] ? h1->bucket[k] - h0->bucket[k] : 0;
+
+			sum.bucket[k] += d;
+			sum.count += d;
+		}
+	}
+	free(now);
+	*p50 = pd_stats_hist_quantile_ns(&sum, 0.50);
+	*p99 = pd_stats_hist_quantile_ns(&sum, 0.99);
+}
