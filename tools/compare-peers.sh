@@ -86,31 +86,43 @@ pdbench_gbs() {
 	"$B/pdbench" --local --prefill 1 --decode 1 --tp 1 --slot-size "$CHUNK" --chunks 8 \
 		--batch 8 --requests "$REQUESTS" --concurrency 16 --send-slots 128 \
 		--recv-slots 128 --json "$json" --quiet >/dev/null 2>&1 || { rm -f "$json"; return 1; }
-	sed -n 's/.*"gb_per_s": *\([0-9.]*\).*/\1/p' "$json" | head -1
+	sed -n 's/.*"gb_per_s": *\([0-9.]*\).*/\1/p' "$json" | head -1 |
+		awk '{ printf "%.2f\n", $1 }'
 	rm -f "$json"
 }
 
-[ -x "$B/pdbench" ] || make -C "$HERE" -s >/dev/null || { echo "compare-peers: build failed" >&2; exit 1; }
+# The transport alone: bench_e2e moves 1 MiB chunks through two brokers
+# without writing or checking patterns (its own chunk size: 1 MiB).
+e2e_gbs() {
+	[ "$CHUNK_B" = 1048576 ] || return 1
+	"$B/tests/bench/bench_e2e" --quick 2>/dev/null |
+		awk '/^throughput/ { printf "%.2f\n", $3; exit }'
+}
+
+[ -x "$B/pdbench" ] && [ -x "$B/tests/bench/bench_e2e" ] ||
+	make -C "$HERE" -s all "$B/tests/bench/bench_e2e" >/dev/null ||
+	{ echo "compare-peers: build failed" >&2; exit 1; }
 need_tools
 echo "compare-peers: chunk $CHUNK, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)" >&2
 
 PD=$(pdbench_gbs) || PD=""
+E2E=$(e2e_gbs) || E2E=""
 IP=$(iperf3_gbs) || IP=""
 UT=$(ucx_gbs tcp tag_bw) || UT=""
 UP=$(ucx_gbs posix ucp_put_bw) || UP=""
 
-row() { # name value
-	if [ -z "$2" ]; then
-		printf '%-44s %10s %12s\n' "$1" "skipped" "-"
-	elif [ -z "$PD" ]; then
-		printf '%-44s %10s %12s\n' "$1" "$2" "-"
-	else
-		printf '%-44s %10s %11sx\n' "$1" "$2" "$(awk -v a="$PD" -v b="$2" 'BEGIN { printf "%.2f", a / b }')"
-	fi
+ratio() { # pdkv baseline
+	if [ -z "$1" ] || [ -z "$2" ]; then echo "-"; else
+		awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; fi
 }
 
-printf '%-44s %10s %12s\n' "measure (GB/s)" "GB/s" "pdkv ratio"
-printf '%-44s %10s %12s\n' "pdkv pdbench 1P1D, tcp, verified" "${PD:-failed}" ""
+row() { # name value
+	printf '%-42s %9s %14s %14s\n' "$1" "${2:-skipped}" "$(ratio "$PD" "$2")" "$(ratio "$E2E" "$2")"
+}
+
+printf '%-42s %9s %14s %14s\n' "measure" "GB/s" "pdbench ratio" "transport ratio"
+printf '%-42s %9s\n' "pdkv: pdbench 1P1D tcp, every byte checked" "${PD:-failed}"
+printf '%-42s %9s\n' "pdkv: transport only (bench_e2e)" "${E2E:-skipped}"
 row "iperf3, 1 stream, -l $CHUNK" "$IP"
 row "UCX ucx_perftest tcp tag_bw $CHUNK" "$UT"
 row "UCX ucx_perftest posix ucp_put_bw $CHUNK" "$UP"
