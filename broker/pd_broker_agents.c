@@ -114,6 +114,19 @@ static void on_cancel(struct pd_broker *b, uint32_t agent, const struct pd_sqe *
 				   pd_now_ns());
 }
 
+/* Answer one waiting agent and forget the wait. */
+static void answer(struct pd_broker *b, struct waiter *w, int32_t status, uint32_t chunks,
+		   uint64_t tag)
+{
+	struct pd_cqe c = { .type = PD_CQ_RECV, .status = status, .chunks = chunks,
+			    .req_tag = tag, .user = w->user, .req_id_len = w->req_len };
+
+	memcpy(c.req_id, w->req, w->req_len);
+	(void)pd_agents_complete(b->agents, w->agent, &c);
+	LIST_REMOVE(w, link);
+	free(w);
+}
+
 /* Answer every agent waiting for this request. */
 void broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
 			uint32_t chunks, uint64_t tag)
@@ -121,18 +134,9 @@ void broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, i
 	struct waiter *w, *next;
 
 	for (w = LIST_FIRST(&b->waiters); w; w = next) {
-		struct pd_cqe c = { .type = PD_CQ_RECV, .status = status, .chunks = chunks,
-				    .req_tag = tag };
-
 		next = LIST_NEXT(w, link);
-		if (w->req_len != len || memcmp(w->req, req, len))
-			continue;
-		c.user = w->user;
-		c.req_id_len = w->req_len;
-		memcpy(c.req_id, w->req, w->req_len);
-		(void)pd_agents_complete(b->agents, w->agent, &c);
-		LIST_REMOVE(w, link);
-		free(w);
+		if (w->req_len == len && !memcmp(w->req, req, len))
+			answer(b, w, status, chunks, tag);
 	}
 }
 
@@ -236,17 +240,9 @@ void broker_waiters_expire(struct pd_broker *b, uint64_t now)
 	struct waiter *w, *next;
 
 	for (w = LIST_FIRST(&b->waiters); w; w = next) {
-		struct pd_cqe c = { .type = PD_CQ_RECV, .status = -ETIMEDOUT };
-
 		next = LIST_NEXT(w, link);
-		if (now < w->deadline)
-			continue;
-		c.user = w->user;
-		c.req_id_len = w->req_len;
-		memcpy(c.req_id, w->req, w->req_len);
-		(void)pd_agents_complete(b->agents, w->agent, &c);
-		LIST_REMOVE(w, link);
-		free(w);
+		if (now >= w->deadline)
+			answer(b, w, -ETIMEDOUT, 0, 0);
 	}
 }
 

@@ -96,9 +96,14 @@ static int sane(const struct pd_stats *c)
 	return 0;
 }
 
-/* Force NUL termination of every string a reader may print. */
-static void terminate(struct pd_stats *c)
+void pd_stats_sanitize(struct pd_stats *c)
 {
+	if (c->nvalues > PD_STATS_MAX_VALUES)
+		c->nvalues = PD_STATS_MAX_VALUES;
+	if (c->npeers > PD_STATS_MAX_PEERS)
+		c->npeers = PD_STATS_MAX_PEERS;
+	if (c->nhist > PD_STATS_MAX_HIST)
+		c->nhist = PD_STATS_MAX_HIST;
 	c->info.ctrl[sizeof(c->info.ctrl) - 1] = 0;
 	c->info.data[sizeof(c->info.data) - 1] = 0;
 	c->info.transport[sizeof(c->info.transport) - 1] = 0;
@@ -135,7 +140,7 @@ int pd_stats_snapshot(const struct pd_stats *live, struct pd_stats *copy)
 			int rc = sane(copy);
 
 			if (rc == 0)
-				terminate(copy);
+				pd_stats_sanitize(copy);
 			return rc;
 		}
 	}

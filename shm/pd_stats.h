@@ -133,6 +133,10 @@ void pd_stats_set(struct pd_stats *s, uint32_t i, const char *name, uint32_t kin
  */
 int pd_stats_snapshot(const struct pd_stats *live, struct pd_stats *copy);
 
+/* Reader: make any copy safe to print (counts clamped, strings
+ * terminated), e.g. one taken while the writer was stuck mid-update. */
+void pd_stats_sanitize(struct pd_stats *c);
+
 /* Reader: the value called name in a snapshot, or -ENOENT. */
 int pd_stats_find(const struct pd_stats *s, const char *name, uint64_t *v);
 

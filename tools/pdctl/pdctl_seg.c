@@ -126,27 +126,7 @@ int pdctl_explain_admin(const struct pdctl_opts *o, int rc)
 static void copy_torn(const struct pd_stats *live, struct pd_stats *c)
 {
 	memcpy(c, live, sizeof(*c));
-	if (c->nvalues > PD_STATS_MAX_VALUES)
-		c->nvalues = PD_STATS_MAX_VALUES;
-	if (c->npeers > PD_STATS_MAX_PEERS)
-		c->npeers = PD_STATS_MAX_PEERS;
-	if (c->nhist > PD_STATS_MAX_HIST)
-		c->nhist = PD_STATS_MAX_HIST;
-	c->info.ctrl[sizeof(c->info.ctrl) - 1] = 0;
-	c->info.data[sizeof(c->info.data) - 1] = 0;
-	c->info.transport[sizeof(c->info.transport) - 1] = 0;
-	for (uint32_t i = 0; i < PD_STATS_MAX_HIST; i++)
-		c->hist[i].name[PD_STATS_NAME_MAX] = 0;
-	for (uint32_t i = 0; i < PD_STATS_MAX_VALUES; i++)
-		c->val[i].name[PD_STATS_NAME_MAX] = 0;
-	for (uint32_t i = 0; i < PD_STATS_MAX_PEERS; i++) {
-		struct pd_stat_peer *p = &c->peer[i];
-
-		p->name[sizeof(p->name) - 1] = 0;
-		p->ctrl[sizeof(p->ctrl) - 1] = 0;
-		p->transport[sizeof(p->transport) - 1] = 0;
-		p->why[sizeof(p->why) - 1] = 0;
-	}
+	pd_stats_sanitize(c);
 }
 
 static int copy_stats(const struct pd_shm *shm, struct pdctl_snap *s)
