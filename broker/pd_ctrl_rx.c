@@ -199,8 +199,10 @@ static void hello_in(struct pd_ctrl *c, const struct pd_ctrl_from *f,
 	set_route(c, p, f);
 	pd_ctrl_peer_store_hello(p, h);
 	p->last_rx_ns = c->now_ns;
-	send_ack(c, f);
+	/* Up (on_peer_up: the data plane learns the peer's token) before the
+	 * ack, upon which the peer opens its data lanes to us. */
 	pd_ctrl_peer_up(c, p);
+	send_ack(c, f);
 }
 
 /* HelloAck on our DEALER: the peer is up; what was held goes out. */
