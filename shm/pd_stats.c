@@ -5,6 +5,14 @@
 
 #include "pd_stats.h"
 
+/* GCC's TSan has no thread fences; the sequence lock is checked across
+ * processes (tests/unit/test_stats.c), where TSan does not look anyway. */
+#ifdef __SANITIZE_THREAD__
+#define SEQ_FENCE(order) __atomic_signal_fence(order)
+#else
+#define SEQ_FENCE(order) __atomic_thread_fence(order)
+#endif
+
 uint64_t pd_stats_bucket_le_us(uint32_t i)
 {
 	return i + 1 >= PD_STATS_BUCKETS ? UINT64_MAX : UINT64_C(1) << i;
@@ -59,7 +67,7 @@ void pd_stats_write_begin(struct pd_stats *s)
 	uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
 
 	__atomic_store_n(&s->seq, q + 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE); /* seq odd before any data store */
+	SEQ_FENCE(__ATOMIC_RELEASE); /* seq odd before any data store */
 }
 
 void pd_stats_write_end(struct pd_stats *s)
@@ -135,7 +143,7 @@ int pd_stats_snapshot(const struct pd_stats *live, struct pd_stats *copy)
 			continue;
 		}
 		memcpy(copy, live, sizeof(*copy));
-		__atomic_thread_fence(__ATOMIC_ACQUIRE); /* data loads before the re-check */
+		SEQ_FENCE(__ATOMIC_ACQUIRE); /* data loads before the re-check */
 		if (__atomic_load_n(&live->seq, __ATOMIC_RELAXED) == q1) {
 			int rc = sane(copy);
 
