@@ -57,6 +57,8 @@ static void on_tick(void *ctx)
 	if (b->tx)
 		(void)pd_tx_tick(b->tx, now);
 	pd_ctrl_tick(b->ctrl, now);
+	if (b->shmx)
+		(void)pd_shmx_check(b->shmx); /* a peer's segment gone: it failed */
 	pd_admin_tick(b->admin, now);
 	broker_stats_publish(b);
 	if (b->stopping)
@@ -229,11 +231,13 @@ static int make_ctrl(struct pd_broker *b, const char *addr, char *err, size_t er
 {
 	struct pd_ctrl_opts o = { .loop = b->loop, .ops = &pd_broker_ctrl_ops, .ctx = b,
 				  .bind = b->cfg.ctrl, .proxy = b->cfg.proxy,
-				  .name = b->cfg.name, .epoch = b->epoch,
+				  .name = b->cfg.name, .host_id = b->host_id, .epoch = b->epoch,
 				  .slot_size = b->cfg.slot_size, .recv_slots = b->cfg.recv_slots,
-				  .nxports = 1, .xport = { "tcp" }, .addr = { addr },
 				  .heartbeat_ns = b->cfg.heartbeat_ns };
-	int rc = pd_ctrl_create(&o, &b->ctrl);
+	int rc;
+
+	o.nxports = broker_hello_xports(b, addr, o.xport, o.addr);
+	rc = pd_ctrl_create(&o, &b->ctrl);
 
 	if (rc < 0)
 		pd_err_set(err, errlen, "--ctrl %s: %s", b->cfg.ctrl, pd_strerror(rc));
@@ -260,27 +264,20 @@ static int resolve_group(struct pd_broker *b, char *err, size_t errlen)
 	return 0;
 }
 
-/* TCP is the data transport this build has; say so when more was asked. */
+/* This build has tcp and shm (chosen per peer: pd_shmx_broker.c), not rdma. */
 static int pick_transport(struct pd_broker *b, char *err, size_t errlen)
 {
-	const uint32_t others = (1u << PD_XPORT_RDMA) | (1u << PD_XPORT_SHM);
-
 	b->acct = calloc(MAX_TOKENS, sizeof(*b->acct));
 	if (!b->acct)
 		return -ENOMEM;
-	if (b->cfg.require.mask & others) {
-		pd_err_set(err, errlen, "--require: this build has only the tcp transport "
-			   "(rdma and shm are not available yet)");
+	if (b->cfg.require.mask & (1u << PD_XPORT_RDMA)) {
+		pd_err_set(err, errlen, "--require: this build has no rdma transport "
+			   "(tcp and shm only)");
 		return -ENOTSUP;
 	}
-	if (b->cfg.transport.order[0] == PD_XPORT_TCP) {
-		(void)snprintf(b->xport_why, sizeof(b->xport_why), "configured (--transport)");
-		return 0;
-	}
-	(void)snprintf(b->xport_why, sizeof(b->xport_why),
-		       "fallback: %s asked for, not available in this build",
-		       b->cfg.transport.order[0] == PD_XPORT_RDMA ? "rdma" : "shm");
-	PD_LOG(WARN, ctl, "--transport: %s; using tcp", b->xport_why);
+	if (b->cfg.transport.mask & (1u << PD_XPORT_RDMA))
+		PD_LOG(WARN, ctl, "--transport: rdma is not available in this build; "
+		       "peers get the next transport");
 	return 0;
 }
 
@@ -331,6 +328,8 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	if (rc == 0)
 		rc = make_tcp(b, addr, sizeof(addr), err, errlen);
 	if (rc == 0)
+		rc = broker_xport_init(b, err, errlen);
+	if (rc == 0)
 		rc = make_ctrl(b, addr, err, errlen);
 	if (rc == 0)
 		rc = make_admin(b, err, errlen);
@@ -367,6 +366,7 @@ void pd_broker_destroy(struct pd_broker *b)
 		pd_loop_del(b->loop, pd_tcp_event_fd(b->tcp));
 		pd_tcp_destroy(b->tcp); /* joins the data threads: no write lands after */
 	}
+	broker_xport_fini(b); /* shm copies end (joined) before the staging goes */
 	pd_tx_destroy(b->tx);
 	pd_rx_destroy(b->rx);
 	pd_agents_destroy(b->agents);

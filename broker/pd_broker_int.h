@@ -12,12 +12,20 @@
 #include "pd_layout.h"
 #include "pd_loop.h"
 #include "pd_rx.h"
+#include "pd_shmx.h"
 #include "pd_tcp.h"
 #include "pd_tree.h"
 #include "pd_tx.h"
 
 #define BROKER_OWNER 0u       /* pool owner id of slots the broker holds */
 #define MAX_TOKENS   1024u
+#define MAX_REFUSED  256u     /* batches refused by --require, failed in before_sleep */
+
+/* Grant word of a recv slot: 0 free, else (peer + 1), with GRANT_LANDED
+ * once a TCP write from that peer landed in it (set by the data thread
+ * after the bytes are in place, before the ACK: so before the PutDone). */
+#define GRANT_LANDED (1u << 31)
+#define GRANT_PEER   (GRANT_LANDED - 1u)
 
 /* A decode agent waiting for a request (PD_SQ_RECV_WAIT). */
 struct waiter {
@@ -38,6 +46,25 @@ struct wbatch {
 };
 RB_HEAD(wb_tree, wbatch);
 
+/* The data transport with one peer (control thread only). */
+struct peer_xport {
+	uint32_t send;                /* PD_XPORT_* + 1 we write to it with; 0: none chosen */
+	int32_t refused;              /* < 0: --require not met, its batches fail with this */
+	uint32_t recv;                /* PD_XPORT_* + 1 of its last PutDone to us; 0: none yet */
+	uint32_t shm_in;              /* may write our arena directly (same host, shm offered) */
+	uint32_t chosen;              /* send (or none) was chosen for this session */
+	char why[96];                 /* why send (or the refusal); kept to log changes only */
+};
+
+/* Lengths of a batch held for admission, until the receiver answers it. */
+struct held_lens {
+	LIST_ENTRY(held_lens) link;
+	uint32_t peer;
+	uint64_t seq;
+	uint32_t n;
+	uint32_t lens[];
+};
+
 /* Bytes and chunks moved with one peer (data threads add: atomics). */
 struct peer_acct {
 	_Atomic uint64_t bytes_tx, chunks_tx, bytes_rx, chunks_rx;
@@ -57,6 +84,7 @@ struct pd_broker {
 	struct pd_tx *tx;
 	struct pd_ctrl *ctrl;
 	struct pd_tcp *tcp;
+	struct pd_shmx *shmx;         /* shm writes to same-host peers; NULL: not configured */
 	LIST_HEAD(, waiter) waiters;
 	struct wb_tree wbatches;
 	/* Data threads read these (claim, accept_peer): atomics and a lock. */
@@ -84,7 +112,17 @@ struct pd_broker {
 	struct pd_admin *admin;
 	uint64_t admin_requests, admin_bad;
 	char data_addr[300];          /* the data listener as bound, "" when none */
-	char xport_why[96];           /* why the data transport in use was chosen */
+	/* Transports (pd_shmx_broker.c; control thread only). */
+	char host_id[PD_WIRE_NAME_MAX + 1]; /* our Hello's: same boot, same host */
+	char seg_path[80];            /* our segment, "/pdkv.<name>": the shm address */
+	struct peer_xport *px;        /* MAX_TOKENS, by peer id */
+	uint32_t *slot_len;           /* per recv slot: length of the chunk granted there */
+	LIST_HEAD(, held_lens) held;  /* lengths of batches held for admission */
+	const struct pd_msg_alloc_req *cur_req; /* the AllocRequest being handled */
+	uint32_t cur_peer;
+	int32_t *sc_idx;              /* PD_WIRE_MAX_KEYS: a PutDone's indexes, vetted */
+	struct { uint32_t peer; int32_t err; uint64_t seq; } refused[MAX_REFUSED];
+	uint32_t nrefused;
 };
 
 /* pd_broker_agents.c */
@@ -104,6 +142,39 @@ void broker_wbatches_free(struct pd_broker *b);
 void broker_fail_unreachable(struct pd_broker *b);
 int broker_scratch_alloc(struct pd_broker *b);
 void broker_scratch_free(struct pd_broker *b);
+/* Open TCP lanes to the peer's advertised "tcp" address: 0; -ENOENT none
+ * advertised (or unparsable); a pd_tcp_connect() error. */
+int broker_tcp_open(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h);
+/* A write of batch seq ended (either transport). */
+void broker_write_ended(struct pd_broker *b, uint64_t seq, int status);
+
+/* pd_shmx_broker.c: choosing and running the data transport per peer */
+int broker_xport_init(struct pd_broker *b, char *err, size_t errlen);
+void broker_xport_fini(struct pd_broker *b);
+/* The transports of our Hello, by preference; returns how many. */
+uint32_t broker_hello_xports(const struct pd_broker *b, const char *tcp_addr, const char **xport,
+			     const char **addr);
+void broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h);
+void broker_xport_down(struct pd_broker *b, uint32_t peer);
+/* The transport name and why, for pdctl. */
+void broker_xport_describe(const struct pd_broker *b, uint32_t peer, char *name, size_t nlen,
+			   char *why, size_t wlen);
+/* tx ops: 1 when the batch must not be sent (--require not met: failed in
+ * before_sleep). */
+int broker_xport_refuse(struct pd_broker *b, const struct pd_tx_batch_view *v);
+/* PD_XPORT_SHM or PD_XPORT_TCP to write to peer, or why not (< 0: the
+ * refusal of --require, -ENOTCONN without that transport). */
+int broker_xport_of(const struct pd_broker *b, uint32_t peer);
+/* Post the writes of a batch (remote set) with the peer's transport; each
+ * one posted counts in *posted. 0, or the first error (see tx ops). */
+int broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted);
+void broker_shmx_drain(void *ctx, uint32_t events);
+void broker_fail_refused(struct pd_broker *b);
+/* pd_shmx_recv.c: lengths of granted chunks, and a PutDone vetted against the grants. */
+void broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
+			 uint32_t n);
+void broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q);
+void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d);
 
 /* pd_broker_stats.c */
 void broker_stats_publish(struct pd_broker *b);

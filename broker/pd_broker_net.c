@@ -81,6 +81,7 @@ void broker_fail_unreachable(struct pd_broker *b)
 		if (b->tx)
 			(void)pd_tx_peer_failed(b->tx, peer, -ENOTCONN, pd_now_ns());
 	}
+	broker_fail_refused(b);
 }
 
 /* ---- sender engine callbacks ------------------------------------------------------- */
@@ -92,6 +93,8 @@ static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
 	uint32_t *lens = b->sc_lens;
 	struct pd_msg m = { .type = PD_MSG_ALLOC_REQ };
 
+	if (broker_xport_refuse(b, v))
+		return; /* failed in before_sleep, as if the receiver had refused it */
 	for (uint32_t i = 0; i < v->n; i++) {
 		keys[i] = (struct pd_bytes){ .p = v->chunks[i].key, .len = v->chunks[i].klen };
 		lens[i] = v->chunks[i].len;
@@ -106,27 +109,17 @@ static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
 static int tx_write(void *ctx, const struct pd_tx_batch_view *v)
 {
 	struct pd_broker *b = ctx;
-	struct pd_tcp_xfer x;
-	struct wbatch *w = calloc(1, sizeof(*w));
-	int rc = 0;
+	int rc = broker_xport_of(b, v->peer);
+	struct wbatch *w;
 
-	if (!w || !b->tcp) {
-		free(w);
+	if (rc < 0)
+		return rc; /* --require not met, or no transport: the request fails with it */
+	w = calloc(1, sizeof(*w));
+	if (!w)
 		return -ENOMEM;
-	}
 	w->seq = v->seq;
 	RB_INSERT(wb_tree, &b->wbatches, w);
-	for (uint32_t i = 0; i < v->n && rc == 0; i++) {
-		if (v->remote[i] < 0)
-			continue;
-		x = (struct pd_tcp_xfer){ .cookie = v->seq, .len = v->chunks[i].len,
-					  .src = pd_pool_data(&b->shm.send, v->chunks[i].slot),
-					  .slot = (uint32_t)v->remote[i] };
-		rc = pd_tcp_post(b->tcp, v->peer, &x, 1); /* accepted count, or -errno */
-		if (rc == 1)
-			w->left++;
-		rc = rc == 1 ? 0 : rc < 0 ? rc : -EAGAIN;
-	}
+	rc = broker_xport_post(b, v, &w->left);
 	if (w->left == 0) { /* nothing posted (the engine sends no empty batch) */
 		RB_REMOVE(wb_tree, &b->wbatches, w);
 		free(w);
@@ -230,6 +223,7 @@ static void rx_reply(void *ctx, uint32_t peer, uint64_t seq, int32_t err, const 
 		if (remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
 			atomic_store(&b->grant[remote[i]], peer + 1);
 	}
+	broker_lens_granted(b, peer, seq, remote, err ? 0 : n); /* (an error: forgets them) */
 	m.u.alloc_resp = (struct pd_msg_alloc_resp){ .seq = seq, .has_seq = 1, .n = err ? 0 : n,
 						     .remote_indexes = remote,
 						     .nalready = err ? 0 : nalready,
@@ -271,17 +265,11 @@ static void on_alloc_req(struct pd_broker *b, uint32_t peer, const struct pd_msg
 	}
 	for (uint32_t i = 0; i < q->nkeys; i++)
 		keys[i] = (struct pd_rx_key){ .p = q->keys[i].p, .len = q->keys[i].len };
-	(void)pd_rx_alloc(b->rx, &a, pd_now_ns());
-}
-
-static void on_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
-{
-	for (uint32_t i = 0; i < d->n; i++)
-		if (d->indexes[i] >= 0 && (uint32_t)d->indexes[i] < b->shm.recv.nslots)
-			atomic_store(&b->grant[d->indexes[i]], 0);
-	if (b->rx)
-		(void)pd_rx_put_done(b->rx, peer, d->req_id.p, d->req_id.len, d->indexes, d->n,
-				     pd_now_ns());
+	b->cur_req = q; /* its lengths, for the grants answered now */
+	b->cur_peer = peer;
+	if (pd_rx_alloc(b->rx, &a, pd_now_ns()) == 1)
+		broker_lens_hold(b, peer, q); /* held for admission: answered later */
+	b->cur_req = NULL;
 }
 
 static void on_alloc_resp(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_resp *r)
@@ -306,7 +294,7 @@ static void on_msg(void *ctx, uint32_t peer, const struct pd_msg *m)
 		on_alloc_resp(b, peer, &m->u.alloc_resp);
 		break;
 	case PD_MSG_PUT_DONE:
-		on_put_done(b, peer, &m->u.put_done);
+		broker_put_done(b, peer, &m->u.put_done);
 		break;
 	case PD_MSG_CANCEL:
 		if (b->rx)
@@ -358,11 +346,27 @@ static int tcp_addr(const struct pd_msg_hello *h, char *host, size_t hlen, uint1
 	return -ENOENT;
 }
 
+int broker_tcp_open(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h)
+{
+	char host[PD_WIRE_ADDR_MAX + 1];
+	uint16_t port;
+	int rc;
+
+	if (tcp_addr(h, host, sizeof(host), &port))
+		return -ENOENT;
+	rc = pd_tcp_connect(b->tcp, peer, host, port,
+			    token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name),
+				     b->epoch));
+	if (rc < 0)
+		PD_LOG(WARN, tcp, "peer %u: cannot open data lanes to %s:%u", peer, host, port);
+	else if (peer < MAX_TOKENS)
+		atomic_store(&b->lanes[peer], b->cfg.data_threads);
+	return rc;
+}
+
 static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
 {
 	struct pd_broker *b = ctx;
-	char host[PD_WIRE_ADDR_MAX + 1];
-	uint16_t port;
 
 	if (peer < MAX_TOKENS) {
 		(void)pthread_mutex_lock(&b->tok_lock);
@@ -370,14 +374,7 @@ static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
 	PD_LOG(INFO, ctl, "peer %u (%.*s) up", peer, (int)h->name.len, (const char *)h->name.p);
-	if (!b->tx || !b->tcp || h->recv_slots == 0 || tcp_addr(h, host, sizeof(host), &port))
-		return;
-	if (pd_tcp_connect(b->tcp, peer, host, port,
-			   token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name),
-				    b->epoch)) < 0)
-		PD_LOG(WARN, tcp, "peer %u: cannot open data lanes to %s:%u", peer, host, port);
-	else if (peer < MAX_TOKENS)
-		atomic_store(&b->lanes[peer], b->cfg.data_threads);
+	broker_xport_up(b, peer, h);
 }
 
 static void on_peer_down(void *ctx, uint32_t peer, int err)
@@ -393,6 +390,7 @@ static void on_peer_down(void *ctx, uint32_t peer, int err)
 	}
 	if (b->tcp)
 		(void)pd_tcp_disconnect(b->tcp, peer);
+	broker_xport_down(b, peer); /* shm: unmapped once its copies ended */
 	if (peer < MAX_TOKENS)
 		atomic_store(&b->lanes[peer], 0);
 	if (b->tx)
@@ -431,7 +429,8 @@ static int tcp_claim(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
 	struct pd_broker *b = ctx;
 
 	if (!b->shm.has_recv || d->slot >= b->shm.recv.nslots ||
-	    atomic_load(&b->grant[d->slot]) != peer + 1 || d->len > b->shm.recv.slot_size)
+	    (atomic_load(&b->grant[d->slot]) & GRANT_PEER) != peer + 1 ||
+	    d->len > b->shm.recv.slot_size)
 		return -EPERM;
 	dst->ptr = b->shm.recv.arena + (uint64_t)d->slot * b->shm.recv.slot_size;
 	dst->cap = b->shm.recv.slot_size;
@@ -442,10 +441,14 @@ static void tcp_landed(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
 		       const struct pd_tcp_dst *dst, int status)
 {
 	struct pd_broker *b = ctx;
+	uint32_t g = peer + 1;
 
 	(void)dst;
 	if (status != 0)
 		return;
+	/* Landed: the PutDone that follows may commit it (unless the grant
+	 * was withdrawn meanwhile: then it stays withdrawn). */
+	(void)atomic_compare_exchange_strong(&b->grant[d->slot], &g, g | GRANT_LANDED);
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], d->len);
 	if (peer < MAX_TOKENS) {
 		pd_stat_add(&b->acct[peer].bytes_rx, d->len);
@@ -457,7 +460,7 @@ const struct pd_tcp_ops pd_broker_tcp_ops = {
 	.accept_peer = tcp_accept_peer, .claim = tcp_claim, .landed = tcp_landed,
 };
 
-static void write_ended(struct pd_broker *b, uint64_t seq, int status)
+void broker_write_ended(struct pd_broker *b, uint64_t seq, int status)
 {
 	struct wbatch key = { .seq = seq }, *w = RB_FIND(wb_tree, &b->wbatches, &key);
 
@@ -482,7 +485,7 @@ void broker_tcp_drain(void *ctx, uint32_t events)
 	while ((n = pd_tcp_poll(b->tcp, c, 64)) > 0) {
 		for (int i = 0; i < n; i++) {
 			if (c[i].kind == PD_TCP_CPL_WRITE)
-				write_ended(b, c[i].cookie, c[i].status);
+				broker_write_ended(b, c[i].cookie, c[i].status);
 			else if (pd_ctrl_peer_reset(b->ctrl, c[i].peer, c[i].status) <= 0 && b->tx)
 				(void)pd_tx_peer_failed(b->tx, c[i].peer, c[i].status,
 							pd_now_ns());

@@ -70,6 +70,12 @@ static const struct field tcp_fields[] = {
 #undef TCP_FIELD
 };
 
+static const struct field shmx_fields[] = {
+#define SHMX_FIELD(n) F(pd_shmx_stats, n, C),
+	PD_SHMX_STAT_FIELDS(SHMX_FIELD)
+#undef SHMX_FIELD
+};
+
 static const struct field pool_fields[] = {
 	F(pd_pool_counters, in_use, G), F(pd_pool_counters, high_water, G),
 	F(pd_pool_counters, allocs, C), F(pd_pool_counters, frees, C),
@@ -139,6 +145,7 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 	struct pd_tx_stats ts;
 	struct pd_ctrl_stats cs;
 	struct pd_tcp_stats ps;
+	struct pd_shmx_stats xs;
 
 	put_header(p, b);
 	pd_stats_set(p->s, p->n++, "recv_waiters", G, count_waiters(b));
@@ -159,6 +166,10 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 	put_table(p, "ctrl.", ctrl_fields, PD_ARRAY_SIZE(ctrl_fields), &cs, 0);
 	pd_tcp_get_stats(b->tcp, &ps);
 	put_table(p, "tcp.", tcp_fields, PD_ARRAY_SIZE(tcp_fields), &ps, 0);
+	if (b->shmx) {
+		pd_shmx_get_stats(b->shmx, &xs);
+		put_table(p, "shm.", shmx_fields, PD_ARRAY_SIZE(shmx_fields), &xs, 0);
+	}
 	if (b->shm.has_send)
 		put_table(p, "pool.send.", pool_fields, PD_ARRAY_SIZE(pool_fields),
 			  &b->shm.send.shm->stats, 1);
@@ -181,6 +192,22 @@ static void put_hist(struct pd_stats *s, uint32_t id, const char *name,
 		s->nhist = id + 1;
 }
 
+/* --transport as this build serves it: the configured order, rdma left
+ * out, tcp last when not listed (the fallback). */
+static void xports_list(const struct pd_broker *b, char *out, size_t len)
+{
+	const struct pd_cfg_xports *t = &b->cfg.transport;
+	size_t n = 0;
+
+	out[0] = '\0';
+	for (uint32_t i = 0; i < t->n && n < len; i++)
+		if (t->order[i] != PD_XPORT_RDMA)
+			n += (size_t)snprintf(out + n, len - n, "%s%s", n ? "," : "",
+					      t->order[i] == PD_XPORT_SHM ? "shm" : "tcp");
+	if (!(t->mask & (1u << PD_XPORT_TCP)) && n < len)
+		(void)snprintf(out + n, len - n, "%stcp", n ? "," : "");
+}
+
 static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now)
 {
 	struct pd_stat_info *i = &s->info;
@@ -189,7 +216,7 @@ static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now
 
 	(void)snprintf(i->ctrl, sizeof(i->ctrl), "%s", pd_ctrl_endpoint(b->ctrl));
 	(void)strlcpy(i->data, b->data_addr, sizeof(i->data));
-	(void)snprintf(i->transport, sizeof(i->transport), "tcp");
+	xports_list(b, i->transport, sizeof(i->transport));
 	i->start_ns = b->shm.seg.hdr->broker_start_ns;
 	i->epoch = b->epoch;
 	i->pid = b->shm.seg.hdr->broker_pid;
@@ -215,8 +242,7 @@ static void put_peer(struct pd_stat_peer *d, const struct pd_broker *b, uint32_t
 		(void)snprintf(d->name, sizeof(d->name), "%.*s", (int)pi->hello->name.len,
 			       (const char *)pi->hello->name.p);
 	(void)snprintf(d->ctrl, sizeof(d->ctrl), "%s", pi->endpoint ? pi->endpoint : "");
-	(void)snprintf(d->transport, sizeof(d->transport), "tcp");
-	(void)snprintf(d->why, sizeof(d->why), "%s", b->xport_why);
+	broker_xport_describe(b, id, d->transport, sizeof(d->transport), d->why, sizeof(d->why));
 	d->state = pi->state;
 	d->lanes = atomic_load_explicit(&b->lanes[id], memory_order_relaxed);
 	d->epoch = pi->epoch;

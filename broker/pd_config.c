@@ -67,7 +67,7 @@ static const struct pd_cfg_def pd_cfg[] = {
 	  .max = PD_XPORT_MAX, .def = "tcp", .arg = "LIST",
 	  .help = "data transports by preference, of rdma,tcp,shm" },
 	{ .name = "require", .type = PD_CFG_T_LIST, FIELD(require), XPORTS, .max = PD_XPORT_MAX,
-	  .def = "", .arg = "LIST", .help = "transports that must work, else refuse to start" },
+	  .def = "", .arg = "LIST", .help = "transports peers must use: no fallback (rdma: not in this build)" },
 	{ .name = "admission-timeout", .type = PD_CFG_T_SECONDS, FIELD(admission_timeout_ns),
 	  .min = MS, .max = 86400 * SEC, .def = "30s", .arg = "SEC",
 	  .help = "longest wait of a request for receive slots" },

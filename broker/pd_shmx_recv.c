@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pdbroker, receiving side of the data transports: the length of every
+ * chunk granted (from the AllocRequest, or kept while its batch is held
+ * for admission), and the PutDone vetted against the per-slot grant words
+ * (see pd_broker_int.h, GRANT_*): with shm the receiver never sees the
+ * bytes arrive, so the PutDone is the signal, and the trust.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pd_broker_int.h"
+#include "pd_time.h"
+
+/* Granted: remember each chunk's length (the PutDone of an shm write is
+ * the only time its bytes are counted). The lengths come from the
+ * AllocRequest being handled, or from the one held for admission. */
+void broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
+			 uint32_t n)
+{
+	const struct pd_msg_alloc_req *q = b->cur_req;
+	const uint32_t *lens = NULL;
+	struct held_lens *h = NULL;
+	uint32_t nl = 0;
+
+	if (q && b->cur_peer == peer && q->has_seq && q->seq == seq) {
+		lens = q->lens;
+		nl = q->nkeys;
+	} else {
+		for (h = LIST_FIRST(&b->held); h && (h->peer != peer || h->seq != seq);)
+			h = LIST_NEXT(h, link);
+		if (h) {
+			lens = h->lens;
+			nl = h->n;
+			LIST_REMOVE(h, link);
+		}
+	}
+	for (uint32_t i = 0; lens && i < n && i < nl; i++)
+		if (remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
+			b->slot_len[remote[i]] = lens[i];
+	free(h);
+}
+
+void broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q)
+{
+	struct held_lens *h;
+
+	if (!q->has_seq || !q->lens)
+		return;
+	h = malloc(sizeof(*h) + q->nkeys * sizeof(h->lens[0]));
+	if (!h)
+		return; /* its bytes go uncounted, nothing worse */
+	*h = (struct held_lens){ .peer = peer, .seq = q->seq, .n = q->nkeys };
+	memcpy(h->lens, q->lens, q->nkeys * sizeof(h->lens[0]));
+	LIST_INSERT_HEAD(&b->held, h, link);
+}
+
+/*
+ * A PutDone: its slots' data is in place. Only slots granted to this very
+ * peer are released from their grant (a PutDone naming another peer's
+ * slot leaves it alone, and the receiver engine refuses the request). A
+ * slot no TCP write landed in was written through shm, which only a
+ * same-host peer to which we offer shm can do: from any other peer that
+ * PutDone claims bytes that never arrived, and is refused the same way.
+ * shm bytes are counted here (TCP ones were counted as they landed).
+ */
+void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
+{
+	int shm_ok = peer < MAX_TOKENS && b->px[peer].shm_in;
+	uint64_t bytes = 0, chunks = 0;
+	int32_t *idx = b->sc_idx;
+
+	for (uint32_t i = 0; i < d->n && i < PD_WIRE_MAX_KEYS; i++) {
+		int32_t s = idx[i] = d->indexes[i];
+		uint32_t g;
+
+		if (!b->rx || s < 0 || (uint32_t)s >= b->shm.recv.nslots)
+			continue;
+		g = atomic_load(&b->grant[s]);
+		if ((g & GRANT_PEER) != peer + 1)
+			continue;
+		if (!(g & GRANT_LANDED) && !shm_ok) {
+			idx[i] = -1; /* refused: nothing landed */
+			continue;
+		}
+		if (!(g & GRANT_LANDED)) {
+			chunks++;
+			bytes += b->slot_len[s];
+		}
+		b->slot_len[s] = 0; /* counted once; never a stale length for the next grant */
+		atomic_store(&b->grant[s], 0);
+	}
+	if (!b->rx || pd_rx_put_done(b->rx, peer, d->req_id.p, d->req_id.len, idx,
+				     d->n < PD_WIRE_MAX_KEYS ? d->n : PD_WIRE_MAX_KEYS,
+				     pd_now_ns()) < 0 || peer >= MAX_TOKENS)
+		return;
+	b->px[peer].recv = (chunks ? PD_XPORT_SHM : PD_XPORT_TCP) + 1;
+	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], bytes);
+	pd_stat_add(&b->acct[peer].bytes_rx, bytes);
+	pd_stat_add(&b->acct[peer].chunks_rx, chunks);
+}

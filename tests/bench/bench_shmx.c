@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shm transport end to end: a prefill and a decode pdbroker on this
+ * host (--transport shm,tcp), agents in this process, moving TOTAL bytes
+ * (2 GiB) of 1 MiB and of 4 MiB chunks, many requests in flight; each
+ * beside a single-thread memcpy of the same chunks measured in the same
+ * run (source cycling through a buffer the size of the send pool,
+ * destination through one the size of the recv arena, both pre-faulted:
+ * what one data thread would do with nothing else to do).
+ *
+ * The pdkv figure includes everything: the agent's staging, AllocRequest
+ * and AllocResponse over ZeroMQ, the copies by the data threads, the
+ * PutDone, the decode agent's wait and release. A warm-up pass first
+ * touches every page of the recv arena through the sender's mapping.
+ *
+ *   bench_shmx [--quick] [--data-threads N]
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <pdkv/agent.h>
+
+#include "pd_layout.h"
+#include "pd_proc.h"
+#include "pd_time.h"
+
+#define MIB    (1ull << 20)
+#define CHUNKS 8u          /* per request */
+#define TOTAL  (2048 * MIB)
+
+struct run {
+	struct pd_test_broker p, d;
+	struct pd_agent *pa, *da;
+	uint64_t chunk;
+	uint32_t send_slots, recv_slots;
+	uint32_t requests;
+	uint32_t first;              /* request number of the first of this pass */
+	int failed;
+};
+
+static struct pd_agent *attach(const struct pd_test_broker *b, uint32_t roles)
+{
+	struct pd_agent_opts o;
+	struct pd_agent *a = NULL;
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = b->name;
+	o.rundir = b->rundir;
+	o.roles = roles;
+	return pd_agent_attach(&o, &a) == 0 ? a : NULL;
+}
+
+static int start(struct run *r, const char *threads)
+{
+	char ss[32], send[16], recv[16];
+	const char *pargs[] = { "--send-slots", send, "--recv-slots", "0", "--slot-size", ss,
+				"--transport", "shm,tcp", "--data-threads", threads,
+				"--log-level", "warn", NULL };
+	const char *dargs[] = { "--send-slots", "0", "--recv-slots", recv, "--slot-size", ss,
+				"--transport", "shm,tcp", "--data-threads", threads,
+				"--log-level", "warn", NULL };
+
+	(void)snprintf(ss, sizeof(ss), "%lluM", (unsigned long long)(r->chunk / MIB));
+	(void)snprintf(send, sizeof(send), "%u", r->send_slots);
+	(void)snprintf(recv, sizeof(recv), "%u", r->recv_slots);
+	if (pd_test_broker_start(&r->d, "bshmD", dargs) < 0 ||
+	    pd_test_broker_start(&r->p, "bshmP", pargs) < 0)
+		return -1;
+	r->pa = attach(&r->p, PD_AGENT_SEND);
+	r->da = attach(&r->d, PD_AGENT_RECV);
+	return r->pa && r->da ? 0 : -1;
+}
+
+static void stop(struct run *r)
+{
+	pd_agent_detach(r->pa);
+	pd_agent_detach(r->da);
+	(void)pd_test_broker_stop(&r->p);
+	(void)pd_test_broker_stop(&r->d);
+}
+
+/* One request of CHUNKS chunks in one batch; one byte staged per chunk. */
+static int put(struct run *r, const char *req)
+{
+	pd_slot_ref s[CHUNKS];
+	struct pd_chunk c[CHUNKS];
+	char keys[CHUNKS][48];
+	struct pd_batch b = { .req_id = req, .endpoint = r->d.ctrl, .chunks = c, .n = CHUNKS,
+			      .total_chunks = CHUNKS, .world_size = 1, .last = 1 };
+	int rc = pd_alloc(r->pa, req, CHUNKS, s, 30000);
+
+	for (uint32_t i = 0; rc == 0 && i < CHUNKS; i++) {
+		(void)snprintf(keys[i], sizeof(keys[i]), "%s/%u", req, i);
+		c[i] = (struct pd_chunk){ .slot = s[i], .len = (uint32_t)r->chunk,
+					  .klen = (uint32_t)strlen(keys[i]), .key = keys[i] };
+		((uint8_t *)pd_slot_data(r->pa, s[i]))[0] = (uint8_t)(i + 1);
+	}
+	return rc == 0 ? pd_put(r->pa, &b) : rc;
+}
+
+/* Decode side: wait for each request in order, check a byte, release. */
+static void *decoder(void *arg)
+{
+	struct run *r = arg;
+	char req[32], key[48];
+
+	for (uint32_t i = r->first; i < r->first + r->requests && !r->failed; i++) {
+		struct pd_recv_info info;
+		const uint8_t *d;
+		uint32_t len;
+
+		(void)snprintf(req, sizeof(req), "t%u", i);
+		(void)snprintf(key, sizeof(key), "%s/%u", req, CHUNKS - 1);
+		if (pd_recv_wait(r->da, req, 30000, &info) < 0 || info.status ||
+		    pd_recv_lookup(r->da, key, (uint32_t)strlen(key), (const void **)&d, &len) < 0 ||
+		    len != r->chunk || d[0] != CHUNKS || pd_recv_release(r->da, req) < 0) {
+			r->failed = 1;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+/* Move requests x CHUNKS chunks; GB/s, or -1. */
+static double pass(struct run *r, uint32_t requests)
+{
+	uint32_t events = 0;
+	struct pd_event ev;
+	pthread_t th;
+	char req[32];
+	uint64_t t0 = pd_now_ns();
+
+	r->requests = requests;
+	if (pthread_create(&th, NULL, decoder, r))
+		return -1;
+	for (uint32_t i = r->first; i < r->first + requests && !r->failed; i++) {
+		(void)snprintf(req, sizeof(req), "t%u", i);
+		if (put(r, req) < 0)
+			r->failed = 1;
+		while (pd_next_event(r->pa, &ev, 0) == 0 && ++events)
+			r->failed |= ev.type != PD_EV_PUT_DONE;
+	}
+	while (!r->failed && events < requests && pd_next_event(r->pa, &ev, 30000) == 0) {
+		events++;
+		r->failed |= ev.type != PD_EV_PUT_DONE;
+	}
+	(void)pthread_join(th, NULL);
+	r->first += requests;
+	if (r->failed)
+		return -1;
+	return (double)requests * CHUNKS * (double)r->chunk / ((double)(pd_now_ns() - t0) / 1e9) /
+	       1e9;
+}
+
+/* A counter of a broker's statistics region, or UINT64_MAX. */
+static uint64_t stat_of(const struct pd_test_broker *b, const char *name)
+{
+	struct pd_stats *copy = malloc(sizeof(*copy));
+	struct pd_segment seg;
+	struct pd_shm s;
+	uint64_t v = UINT64_MAX;
+
+	if (!copy || pd_segment_attach(b->name, PD_SEG_RDONLY, 1000, &seg, NULL, 0) < 0) {
+		free(copy);
+		return v;
+	}
+	if (pd_layout_open(&seg, &s, NULL, 0) == 0) {
+		if (pd_stats_snapshot(s.stats, copy) < 0 || pd_stats_find(copy, name, &v) < 0)
+			v = UINT64_MAX;
+		pd_layout_close(&s);
+	} else {
+		pd_segment_destroy(&seg);
+	}
+	free(copy);
+	return v;
+}
+
+/* One thread copying total bytes in chunks: source cycling through a
+ * send-pool-sized buffer, destination through a recv-arena-sized one. */
+static double memcpy_gbs(uint64_t chunk, uint32_t send_slots, uint32_t recv_slots, uint64_t total)
+{
+	size_t slen = send_slots * chunk, dlen = recv_slots * chunk;
+	uint8_t *src = mmap(NULL, slen, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	uint8_t *dst = mmap(NULL, dlen, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	uint64_t t0, n = total / chunk;
+	double gbs = -1;
+
+	if (src != MAP_FAILED && dst != MAP_FAILED) {
+		memset(src, 1, slen);
+		memset(dst, 2, dlen);
+		t0 = pd_now_ns();
+		for (uint64_t i = 0; i < n; i++)
+			memcpy(dst + (i % recv_slots) * chunk, src + (i % send_slots) * chunk, chunk);
+		gbs = (double)(n * chunk) / ((double)(pd_now_ns() - t0) / 1e9) / 1e9;
+		if (dst[(n - 1) % recv_slots * chunk] != 1) /* keep the copies */
+			gbs = -1;
+	}
+	if (src != MAP_FAILED)
+		(void)munmap(src, slen);
+	if (dst != MAP_FAILED)
+		(void)munmap(dst, dlen);
+	return gbs;
+}
+
+static int one_size(uint64_t chunk, uint32_t send_slots, uint32_t recv_slots, uint64_t total,
+		    const char *threads)
+{
+	struct run r = { .chunk = chunk, .send_slots = send_slots, .recv_slots = recv_slots };
+	double gbs = -1, cold = -1, mc;
+	uint64_t copies = 0, frames = 0;
+
+	if (start(&r, threads) == 0)
+		cold = pass(&r, recv_slots / CHUNKS); /* warm-up: one pass over the arena */
+	if (cold >= 0)
+		gbs = pass(&r, (uint32_t)(total / chunk / CHUNKS));
+	if (gbs >= 0) {
+		(void)nanosleep(&(struct timespec){ 0, 250 * 1000 * 1000 }, NULL); /* republished */
+		copies = stat_of(&r.p, "shm.copies_ok");
+		frames = stat_of(&r.p, "tcp.frames_tx");
+	}
+	stop(&r);
+	mc = memcpy_gbs(chunk, send_slots, recv_slots, total);
+	printf("%4llu MiB chunks, %5.2f GiB   %10.2f %10.2f %7.2fx   (cold first pass %.2f; "
+	       "shm copies %llu, tcp frames %llu; pools %u send / %u recv)\n",
+	       (unsigned long long)(chunk / MIB), (double)total / (double)(1ull << 30), gbs, mc,
+	       mc > 0 ? gbs / mc : 0, cold, (unsigned long long)copies,
+	       (unsigned long long)frames, send_slots, recv_slots);
+	return gbs < 0 ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *threads = "2";
+	uint64_t total = TOTAL;
+	int rc = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--quick")) {
+			total = 256 * MIB;
+		} else if (!strcmp(argv[i], "--data-threads") && i + 1 < argc) {
+			threads = argv[++i];
+		} else {
+			printf("usage: bench_shmx [--quick] [--data-threads N]\n");
+			return 2;
+		}
+	}
+	printf("bench_shmx: 1P1D on one host, shm data plane, --data-threads %s, %u chunks "
+	       "per request\n", threads, CHUNKS);
+	printf("%-31s %10s %10s %8s\n", "measure (GB/s)", "pdkv", "memcpy", "ratio");
+	rc |= one_size(MIB, 64, 256, total, threads);
+	rc |= one_size(4 * MIB, 16, 64, total, threads);
+	return rc ? 1 : 0;
+}
