@@ -7,7 +7,7 @@
  * ucx_perftest tcp tag_bw 1 MiB when installed, and a ZeroMQ REQ/REP round
  * trip over loopback TCP.
  *
- *   bench_e2e [--quick]
+ *   bench_e2e [--quick] [--transport LIST]   (default tcp; shm,tcp: same-host copies)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,6 +31,7 @@ struct run {
 	struct pd_test_broker p, d;
 	struct pd_agent *pa, *da;
 	uint32_t requests;
+	const char *xport;           /* --transport given to both brokers */
 	_Atomic uint32_t done;       /* released by the decode side */
 	int failed;
 };
@@ -50,9 +51,9 @@ static struct pd_agent *attach(const struct pd_test_broker *b, uint32_t roles)
 static int start(struct run *r)
 {
 	const char *pargs[] = { "--send-slots", SEND_SLOTS, "--recv-slots", "0", "--slot-size",
-				"1M", "--log-level", "warn", NULL };
+				"1M", "--log-level", "warn", "--transport", r->xport, NULL };
 	const char *dargs[] = { "--send-slots", "0", "--recv-slots", RECV_SLOTS, "--slot-size",
-				"1M", "--log-level", "warn", NULL };
+				"1M", "--log-level", "warn", "--transport", r->xport, NULL };
 
 	if (pd_test_broker_start(&r->d, "benchD", dargs) < 0 ||
 	    pd_test_broker_start(&r->p, "benchP", pargs) < 0)
@@ -277,14 +278,21 @@ static double ucx_tag_bw(int iters)
 
 int main(int argc, char **argv)
 {
-	int quick = argc > 1 && !strcmp(argv[1], "--quick");
-	struct run r = { .requests = quick ? 64 : 512 };
+	struct run r = { .xport = "tcp" };
 	double gbs, lat, rtt, ip, ucx;
+	int quick = 0;
 
-	if (argc > 1 && !quick) {
-		printf("usage: bench_e2e [--quick]\n");
-		return 2;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--quick")) {
+			quick = 1;
+		} else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
+			r.xport = argv[++i];
+		} else {
+			printf("usage: bench_e2e [--quick] [--transport LIST (tcp; shm,tcp)]\n");
+			return 2;
+		}
 	}
+	r.requests = quick ? 64 : 512;
 	if (start(&r) < 0) {
 		fprintf(stderr, "bench_e2e: cannot start the brokers\n");
 		stop(&r);
@@ -296,8 +304,8 @@ int main(int argc, char **argv)
 	lat = latency(&r, quick ? 200 : 2000);
 	rtt = zmq_rtt(quick ? 200 : 2000);
 	stop(&r);
-	printf("bench_e2e: 1P1D on loopback, TCP data plane, %u requests x %u x 1 MiB\n",
-	       r.requests, CHUNKS);
+	printf("bench_e2e: 1P1D on one host, --transport %s, %u requests x %u x 1 MiB\n",
+	       r.xport, r.requests, CHUNKS);
 	printf("%-42s %10s %10s %8s\n", "measure", "pdkv", "baseline", "ratio");
 	printf("%-42s %10.2f %10.2f %7.2fx   (baseline: iperf3 -l 1M, 1 stream%s)\n",
 	       "throughput, GB/s", gbs, ip, ip > 0 ? gbs / ip : 0, ip > 0 ? "" : ": not installed");
