@@ -147,6 +147,8 @@ void broker_scratch_free(struct pd_broker *b);
 int broker_tcp_open(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h);
 /* A write of batch seq ended (either transport). */
 void broker_write_ended(struct pd_broker *b, uint64_t seq, int status);
+/* n completions polled from a data transport (either): writes ended, peers failed. */
+void broker_cpls_handle(struct pd_broker *b, const struct pd_cpl *c, int n);
 
 /* pd_shmx_broker.c: choosing and running the data transport per peer */
 int broker_xport_init(struct pd_broker *b, char *err, size_t errlen);

@@ -475,20 +475,23 @@ void broker_write_ended(struct pd_broker *b, uint64_t seq, int status)
 	free(w);
 }
 
+void broker_cpls_handle(struct pd_broker *b, const struct pd_cpl *c, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (c[i].kind == PD_CPL_WRITE)
+			broker_write_ended(b, c[i].cookie, c[i].status);
+		else if (pd_ctrl_peer_reset(b->ctrl, c[i].peer, c[i].status) <= 0 && b->tx)
+			(void)pd_tx_peer_failed(b->tx, c[i].peer, c[i].status, pd_now_ns());
+	}
+}
+
 void broker_tcp_drain(void *ctx, uint32_t events)
 {
 	struct pd_broker *b = ctx;
-	struct pd_tcp_cpl c[64];
+	struct pd_cpl c[64];
 	int n;
 
 	(void)events;
-	while ((n = pd_tcp_poll(b->tcp, c, 64)) > 0) {
-		for (int i = 0; i < n; i++) {
-			if (c[i].kind == PD_TCP_CPL_WRITE)
-				broker_write_ended(b, c[i].cookie, c[i].status);
-			else if (pd_ctrl_peer_reset(b->ctrl, c[i].peer, c[i].status) <= 0 && b->tx)
-				(void)pd_tx_peer_failed(b->tx, c[i].peer, c[i].status,
-							pd_now_ns());
-		}
-	}
+	while ((n = pd_tcp_poll(b->tcp, c, 64)) > 0)
+		broker_cpls_handle(b, c, n);
 }

@@ -60,10 +60,9 @@ static int check_opts(const struct pd_ctrl_opts *o)
 	return check_xports(o);
 }
 
-/* /etc/machine-id, else the host name: equal host ids mean one host. */
-static void host_id(char *out, size_t len)
+void pd_ctrl_host_id_read(const char *path, char *out, size_t len)
 {
-	FILE *f = fopen("/etc/machine-id", "re");
+	FILE *f = fopen(path, "re");
 	int ok = 0;
 
 	if (f) {
@@ -154,7 +153,7 @@ static struct pd_ctrl *alloc_ctrl(const struct pd_ctrl_opts *o)
 	if (o->host_id)
 		(void)strlcpy(c->host_id, o->host_id, sizeof(c->host_id));
 	else
-		host_id(c->host_id, sizeof(c->host_id));
+		pd_ctrl_host_id_read("/etc/machine-id", c->host_id, sizeof(c->host_id));
 	LIST_INIT(&c->graveyard);
 	pd_wire_buf_init(&c->enc);
 	pd_wire_dec_init(&c->dec);

@@ -152,6 +152,11 @@ int pd_ctrl_create(const struct pd_ctrl_opts *o, struct pd_ctrl **out);
  * loop, free everything. No callbacks; not to be called from one. NULL-safe. */
 void pd_ctrl_destroy(struct pd_ctrl *c);
 
+/* A host id into out (len >= 1, NUL-terminated): the first line of the file
+ * at path (/etc/machine-id, a boot id), else the host name, else "unknown".
+ * Equal host ids mean one host. */
+void pd_ctrl_host_id_read(const char *path, char *out, size_t len);
+
 /* The ROUTER's actual endpoint (ZMQ_LAST_ENDPOINT, e.g. the port chosen for
  * "tcp://127.0.0.1:0"); valid until destroy. */
 const char *pd_ctrl_endpoint(const struct pd_ctrl *c);

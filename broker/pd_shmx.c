@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shm transport: the instance, its copy pool, completion queue and data
- * threads. Peers are in pd_shmx_peer.c, the segment mapping in
- * pd_shmx_map.c. The eventfd and thread helpers are the TCP transport's
- * (signals blocked in data threads, non-blocking close-on-exec eventfds).
+ * shm transport: the instance, its copy pool, completion queue (pd_cplq.h)
+ * and data threads. Peers are in pd_shmx_peer.c, the segment mapping in
+ * pd_shmx_map.c. The thread helpers are the TCP transport's (signals
+ * blocked in data threads).
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,48 +26,20 @@ static int opts_valid(const struct pd_shmx_opts *o)
 	       o->queue_depth <= PD_SHMX_MAX_DEPTH;
 }
 
-/* ---- fifos, completions ------------------------------------------------------- */
+/* ---- completions ---------------------------------------------------------------- */
 
-void pd_shmx_fifo_append(struct pd_shmx_fifo *f, struct pd_shmx_node *n)
-{
-	n->next = NULL;
-	if (f->tail)
-		f->tail->next = n;
-	else
-		f->head = n;
-	f->tail = n;
-	f->n++;
-}
-
-struct pd_shmx_node *pd_shmx_fifo_pop(struct pd_shmx_fifo *f)
-{
-	struct pd_shmx_node *n = f->head;
-
-	if (!n)
-		return NULL;
-	f->head = n->next;
-	if (!f->head)
-		f->tail = NULL;
-	f->n--;
-	n->next = NULL;
-	return n;
-}
-
-/* The eventfd goes readable on the empty -> not empty edge only. Counted
- * under the lock: a completion polled is counted. */
+/* Counted under the lock: a completion polled is counted. */
 void pd_shmx_cq_push_locked(struct pd_shmx *s, struct pd_shmx_node *n)
 {
-	if (n->kind == PD_SHMX_CPL_PEER) {
+	if (n->c.kind == PD_CPL_PEER) {
 		PD_SHMX_STAT_INC(s, peer_failures, 1);
-	} else if (n->status == 0) {
+	} else if (n->c.status == 0) {
 		PD_SHMX_STAT_INC(s, copies_ok, 1);
 		PD_SHMX_STAT_INC(s, bytes, n->len);
 	} else {
 		PD_SHMX_STAT_INC(s, copies_failed, 1);
 	}
-	if (s->cq.n == 0)
-		pd_tcp_efd_signal(s->cpl_fd);
-	pd_shmx_fifo_append(&s->cq, n);
+	pd_cplq_add_locked(&s->cq, &n->c);
 }
 
 void pd_shmx_peer_settle_locked(struct pd_shmx *s, struct pd_shmx_peer *p)
@@ -76,7 +47,7 @@ void pd_shmx_peer_settle_locked(struct pd_shmx *s, struct pd_shmx_peer *p)
 	int rc;
 
 	if (p->failed && p->outstanding == 0 && p->peer_cpl) {
-		p->peer_cpl->status = p->err;
+		p->peer_cpl->c.status = p->err;
 		pd_shmx_cq_push_locked(s, p->peer_cpl);
 		p->peer_cpl = NULL;
 	}
@@ -90,7 +61,7 @@ void pd_shmx_copy_done_locked(struct pd_shmx *s, struct pd_shmx_node *n)
 {
 	struct pd_shmx_peer *p = n->p;
 
-	n->status = p->err; /* a copy of a failing peer: may or may not have landed */
+	n->c.status = p->err; /* a copy of a failing peer: may or may not have landed */
 	n->p = NULL;
 	p->outstanding--;
 	pd_shmx_cq_push_locked(s, n);
@@ -111,32 +82,14 @@ void pd_shmx_wake_locked(struct pd_shmx *s, uint32_t n)
 	PD_ASSERT(rc == 0);
 }
 
-int pd_shmx_poll(struct pd_shmx *s, struct pd_shmx_cpl *c, uint32_t max)
+int pd_shmx_poll(struct pd_shmx *s, struct pd_cpl *c, uint32_t max)
 {
-	uint32_t i = 0;
-
-	if (!s || (!c && max))
-		return -EINVAL;
-	if (max > INT_MAX)
-		max = INT_MAX;
-	pd_shmx_lock(s);
-	for (; i < max && s->cq.n; i++) {
-		struct pd_shmx_node *n = pd_shmx_fifo_pop(&s->cq);
-
-		c[i] = (struct pd_shmx_cpl){ .cookie = n->cookie, .peer = n->peer,
-					     .status = n->status, .kind = n->kind };
-		pd_shmx_fifo_append(&s->free, n);
-	}
-	/* Readable exactly while cq is not empty: reset on the last one. */
-	if (i && !s->cq.n)
-		pd_tcp_efd_drain(s->cpl_fd);
-	pd_shmx_unlock(s);
-	return (int)i;
+	return s ? pd_cplq_poll(&s->cq, c, max) : -EINVAL;
 }
 
 int pd_shmx_event_fd(const struct pd_shmx *s)
 {
-	return s ? s->cpl_fd : -EINVAL;
+	return s ? s->cq.fd : -EINVAL;
 }
 
 void pd_shmx_get_stats(const struct pd_shmx *s, struct pd_shmx_stats *out)
@@ -236,7 +189,7 @@ static int pool_init(struct pd_shmx *s)
 		return -ENOMEM;
 	s->nnodes = (uint32_t)n;
 	for (uint32_t i = 0; i < s->nnodes; i++)
-		pd_shmx_fifo_append(&s->free, &s->nodes[i]);
+		pd_shmx_fifo_append(&s->cq.free, &s->nodes[i]);
 	return 0;
 }
 
@@ -280,24 +233,27 @@ int pd_shmx_create(const struct pd_shmx_opts *o, struct pd_shmx **out)
 		return -ENOMEM;
 	s->o = *o;
 	s->peers = calloc(o->max_peers, sizeof(*s->peers));
-	if (!s->peers || pool_init(s) < 0)
+	if (!s->peers)
 		goto out_free;
+	rc = pd_cplq_init(&s->cq, &s->lock);
+	if (rc < 0)
+		goto out_free;
+	rc = pool_init(s);
+	if (rc < 0)
+		goto out_fini_cq;
 	rc = sync_init(s);
 	if (rc < 0)
-		goto out_free;
-	rc = s->cpl_fd = pd_tcp_eventfd();
-	if (rc < 0)
-		goto out_fini_sync;
+		goto out_fini_cq;
 	rc = threads_start(s);
 	if (rc < 0)
-		goto out_close_fd;
+		goto out_fini_sync;
 	*out = s;
 	return 0;
 
-out_close_fd:
-	(void)close(s->cpl_fd);
 out_fini_sync:
 	sync_fini(s);
+out_fini_cq:
+	pd_cplq_fini(&s->cq);
 out_free:
 	free(s->thr);
 	free(s->nodes);
@@ -320,7 +276,7 @@ void pd_shmx_destroy(struct pd_shmx *s)
 	if (!s)
 		return;
 	pd_shmx_stop(s);
-	(void)close(s->cpl_fd);
+	pd_cplq_fini(&s->cq);
 	sync_fini(s);
 	free(s->thr);
 	free(s->nodes);

@@ -44,7 +44,7 @@
  * and made a new one): that peer fails with -ECONNRESET: copies queued
  * complete with it at once, copies running finish their memcpy (into the
  * old mapping, which stays valid until disconnect: harmless) and complete
- * with it, and after the last of them one PD_SHMX_CPL_PEER completion is
+ * with it, and after the last of them one PD_CPL_PEER completion is
  * queued, as pd_tcp does for a failed peer. A failed peer accepts no more
  * copies (-ENOTCONN); the owner then disconnects it.
  *
@@ -76,6 +76,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pd_cplq.h"
+
 #define PD_SHMX_MAX_THREADS 64u
 #define PD_SHMX_MAX_PEERS   1024u
 #define PD_SHMX_MAX_DEPTH   65536u
@@ -103,23 +105,15 @@ struct pd_shmx_xfer {
 	uint32_t slot;                 /* < the peer's recv_slots */
 };
 
-#define PD_SHMX_CPL_WRITE 1u           /* one posted copy ended */
-#define PD_SHMX_CPL_PEER  2u           /* the peer failed (see above); cookie 0 */
-
-struct pd_shmx_cpl {
-	uint64_t cookie;
-	uint32_t peer;
-	int32_t status;                /* 0, or -errno */
-	uint32_t kind;                 /* PD_SHMX_CPL_* */
-	uint32_t _rsvd;
-};
+/* Completions are struct pd_cpl (pd_cplq.h): PD_CPL_WRITE, one posted copy
+ * ended; PD_CPL_PEER, the peer failed (see above). */
 
 /* Counters (monotonic, relaxed atomics; a snapshot is not one instant). */
 #define PD_SHMX_STAT_FIELDS(X)                                                          \
 	X(copies_ok)        /* copies completed with status 0 */                       \
 	X(copies_failed)    /* copies completed with an error */                       \
 	X(bytes)            /* payload bytes of the copies that completed with 0 */    \
-	X(peer_failures)    /* PD_SHMX_CPL_PEER completions queued */                  \
+	X(peer_failures)    /* PD_CPL_PEER completions queued */                       \
 	X(connects)         /* segments mapped */                                      \
 	X(connects_refused) /* connect refused (missing, stale, wrong geometry, ...) */ \
 	X(wakeups)          /* data threads woken from their idle wait */
@@ -196,7 +190,7 @@ int pd_shmx_post(struct pd_shmx *s, uint32_t peer, const struct pd_shmx_xfer *x,
  * Move up to @max completions into @c, oldest first.
  * @return the number moved (0..max); -EINVAL for NULL arguments.
  */
-int pd_shmx_poll(struct pd_shmx *s, struct pd_shmx_cpl *c, uint32_t max);
+int pd_shmx_poll(struct pd_shmx *s, struct pd_cpl *c, uint32_t max);
 
 /** The completion eventfd (readable while completions are pending; owned
  * by the instance), or -EINVAL for NULL. Any thread. */

@@ -42,22 +42,7 @@ static const char *const xname[PD_XPORT_MAX] = {
  * out) proves the rest. Without it, the host name (a wrong "other host"
  * only costs the shm transport).
  */
-static void host_id_read(char *out, size_t len)
-{
-	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-	int ok = 0;
-
-	if (f) {
-		ok = fgets(out, (int)len, f) != NULL;
-		(void)fclose(f);
-		out[strcspn(out, "\r\n")] = '\0';
-	}
-	if (ok && out[0])
-		return;
-	if (gethostname(out, len) < 0 || !out[0])
-		(void)snprintf(out, len, "unknown");
-	out[len - 1] = '\0';
-}
+#define HOST_ID_PATH "/proc/sys/kernel/random/boot_id"
 
 static int shmx_make(struct pd_broker *b, char *err, size_t errlen)
 {
@@ -78,7 +63,7 @@ static int shmx_make(struct pd_broker *b, char *err, size_t errlen)
 
 int broker_xport_init(struct pd_broker *b, char *err, size_t errlen)
 {
-	host_id_read(b->host_id, sizeof(b->host_id));
+	pd_ctrl_host_id_read(HOST_ID_PATH, b->host_id, sizeof(b->host_id));
 	LIST_INIT(&b->held);
 	if (pd_segment_path(b->cfg.name, b->seg_path, sizeof(b->seg_path)) < 0)
 		return -EINVAL;
@@ -403,17 +388,10 @@ int broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uin
 void broker_shmx_drain(void *ctx, uint32_t events)
 {
 	struct pd_broker *b = ctx;
-	struct pd_shmx_cpl c[64];
+	struct pd_cpl c[64];
 	int n;
 
 	(void)events;
-	while ((n = pd_shmx_poll(b->shmx, c, 64)) > 0) {
-		for (int i = 0; i < n; i++) {
-			if (c[i].kind == PD_SHMX_CPL_WRITE)
-				broker_write_ended(b, c[i].cookie, c[i].status);
-			else if (pd_ctrl_peer_reset(b->ctrl, c[i].peer, c[i].status) <= 0 && b->tx)
-				(void)pd_tx_peer_failed(b->tx, c[i].peer, c[i].status,
-							pd_now_ns());
-		}
-	}
+	while ((n = pd_shmx_poll(b->shmx, c, 64)) > 0)
+		broker_cpls_handle(b, c, n);
 }

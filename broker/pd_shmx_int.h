@@ -8,15 +8,15 @@
  * disconnect; pd_shmx_map.c: the segment checks and the arena mapping).
  *
  * One lock, s->lock, guards everything the data threads share with the
- * owner: the work FIFO, the completion queue, the free pool, and each
- * peer's err/failed/outstanding/running/halting. The completion eventfd is
- * written and read under it, so it is readable exactly while cq is not
- * empty. A copy holds the lock only to be taken and to be completed, never
- * during its memcpy.
+ * owner: the work FIFO, the completion queue and its free pool (s->cq,
+ * pd_cplq.h), and each peer's err/failed/outstanding/running/halting. The
+ * completion eventfd is written and read under it, so it is readable
+ * exactly while completions are pending. A copy holds the lock only to be
+ * taken and to be completed, never during its memcpy.
  *
  * A copy descriptor (struct pd_shmx_node) is always in exactly one place:
- * s->free, s->work, a data thread (running), s->cq, or a peer's reserved
- * peer-completion pointer.
+ * s->cq.free, s->work, a data thread (running), s->cq.done, or a peer's
+ * reserved peer-completion pointer.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #include "pd_compiler.h"
+#include "pd_cplq.h"
 #include "pd_log.h"
 #include "pd_shm_layout.h"
 #include "pd_shmx.h"
@@ -31,21 +32,28 @@
 struct pd_shmx_peer;
 
 struct pd_shmx_node {
-	struct pd_shmx_node *next;
+	struct pd_cplq_node c;         /* first: the completion (c.peer is p->id), list link */
 	struct pd_shmx_peer *p;        /* while posted */
 	uint8_t *dst;                  /* in p's mapped arena, bounds-checked at post */
 	const void *src;
-	uint64_t cookie;
 	uint32_t len;
-	uint32_t peer;                 /* p->id, for the completion */
-	uint32_t kind;                 /* PD_SHMX_CPL_* */
-	int32_t status;
 };
 
-struct pd_shmx_fifo {
-	struct pd_shmx_node *head, *tail;
-	uint32_t n;
-};
+/* Lists of copy descriptors are struct pd_cplq_fifo of their c. */
+static inline struct pd_shmx_node *pd_shmx_node_of(struct pd_cplq_node *c)
+{
+	return c ? pd_container_of(c, struct pd_shmx_node, c) : NULL;
+}
+
+static inline void pd_shmx_fifo_append(struct pd_cplq_fifo *f, struct pd_shmx_node *n)
+{
+	pd_cplq_fifo_append(f, &n->c);
+}
+
+static inline struct pd_shmx_node *pd_shmx_fifo_pop(struct pd_cplq_fifo *f)
+{
+	return pd_shmx_node_of(pd_cplq_fifo_pop(f));
+}
 
 struct pd_shmx_peer {
 	struct pd_shmx *s;
@@ -61,7 +69,7 @@ struct pd_shmx_peer {
 	uint64_t start_ticks;          /* with pid: that very process */
 	char name[PD_SHM_NAME_MAX + 1];
 	/* s->lock */
-	struct pd_shmx_node *peer_cpl; /* reserved for the PD_SHMX_CPL_PEER completion */
+	struct pd_shmx_node *peer_cpl; /* reserved for the PD_CPL_PEER completion */
 	int err;                       /* 0 while usable; then the first error */
 	int failed;                    /* err came from a check: peer completion due */
 	int halting;                   /* disconnect waits for running == 0 */
@@ -87,12 +95,10 @@ struct pd_shmx {
 	pthread_mutex_t lock;
 	pthread_cond_t work_cv;        /* data threads: work or quit */
 	pthread_cond_t idle_cv;        /* disconnect: a halting peer's running copies ended */
-	struct pd_shmx_fifo work;      /* copies to do, oldest first */
-	struct pd_shmx_fifo cq;
-	struct pd_shmx_fifo free;
+	struct pd_cplq_fifo work;      /* copies to do, oldest first */
+	struct pd_cplq cq;             /* completions and the copy pool */
 	uint32_t nidle;                /* data threads asleep on work_cv */
 	int quit;
-	int cpl_fd;
 	struct pd_shmx_node *nodes;    /* the pool's storage */
 	uint32_t nnodes;
 };
@@ -115,8 +121,6 @@ static inline void pd_shmx_unlock(struct pd_shmx *s)
 }
 
 /* pd_shmx.c (the lock held where it says "_locked") */
-void pd_shmx_fifo_append(struct pd_shmx_fifo *f, struct pd_shmx_node *n);
-struct pd_shmx_node *pd_shmx_fifo_pop(struct pd_shmx_fifo *f);
 void pd_shmx_cq_push_locked(struct pd_shmx *s, struct pd_shmx_node *n);
 /* A copy of p ended (its memcpy done, or never started): complete it with
  * p's err (0 while p is usable), then settle p. */

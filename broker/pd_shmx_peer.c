@@ -34,13 +34,13 @@ static int peer_alloc(struct pd_shmx *s, uint32_t id, struct pd_shmx_peer **out)
 	if (!p)
 		return -ENOMEM;
 	pd_shmx_lock(s);
-	n = pd_shmx_fifo_pop(&s->free);
+	n = pd_shmx_fifo_pop(&s->cq.free);
 	pd_shmx_unlock(s);
 	if (!n) {
 		free(p);
 		return -EAGAIN;
 	}
-	*n = (struct pd_shmx_node){ .kind = PD_SHMX_CPL_PEER, .peer = id };
+	*n = (struct pd_shmx_node){ .c = { .kind = PD_CPL_PEER, .peer = id } };
 	*p = (struct pd_shmx_peer){ .s = s, .id = id, .peer_cpl = n };
 	*out = p;
 	return 0;
@@ -52,7 +52,7 @@ static void peer_free(struct pd_shmx_peer *p)
 
 	if (p->peer_cpl) {
 		pd_shmx_lock(s);
-		pd_shmx_fifo_append(&s->free, p->peer_cpl);
+		pd_shmx_fifo_append(&s->cq.free, p->peer_cpl);
 		pd_shmx_unlock(s);
 	}
 	pd_shmx_unmap(p);
@@ -95,7 +95,7 @@ int pd_shmx_connect(struct pd_shmx *s, uint32_t peer, const struct pd_shmx_targe
  * now, its running ones when their memcpy ends. */
 static void peer_abort_locked(struct pd_shmx *s, struct pd_shmx_peer *p, int err)
 {
-	struct pd_shmx_fifo keep = { 0 };
+	struct pd_cplq_fifo keep = { 0 };
 	struct pd_shmx_node *n;
 
 	if (!p->err)
@@ -188,12 +188,12 @@ static void post_locked(struct pd_shmx *s, struct pd_shmx_peer *p, const struct 
 			uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		struct pd_shmx_node *node = pd_shmx_fifo_pop(&s->free);
+		struct pd_shmx_node *node = pd_shmx_fifo_pop(&s->cq.free);
 
 		*node = (struct pd_shmx_node){
+			.c = { .cookie = x[i].cookie, .peer = p->id, .kind = PD_CPL_WRITE },
 			.p = p, .dst = p->arena + (uint64_t)x[i].slot * p->slot_size,
-			.src = x[i].src, .cookie = x[i].cookie, .len = x[i].len, .peer = p->id,
-			.kind = PD_SHMX_CPL_WRITE,
+			.src = x[i].src, .len = x[i].len,
 		};
 		pd_shmx_fifo_append(&s->work, node);
 	}
@@ -218,7 +218,7 @@ int pd_shmx_post(struct pd_shmx *s, uint32_t peer, const struct pd_shmx_xfer *x,
 	pd_shmx_lock(s);
 	if ((*entry)->err)
 		rc = -ENOTCONN;
-	else if ((*entry)->outstanding + n > s->o.queue_depth || s->free.n < n)
+	else if ((*entry)->outstanding + n > s->o.queue_depth || s->cq.free.n < n)
 		rc = -EAGAIN;
 	else
 		post_locked(s, *entry, x, n);

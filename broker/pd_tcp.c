@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * TCP transport: the instance, its write pool and completion queue.
+ * TCP transport: the instance, its write pool and completion queue
+ * (pd_cplq.h).
  * Peers and lanes are in pd_tcp_tx.c, the listener in pd_tcp_rx.c.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -57,7 +57,7 @@ static int pool_init(struct pd_tcp *t)
 		return -ENOMEM;
 	t->nnodes = (uint32_t)n;
 	for (uint32_t i = 0; i < t->nnodes; i++)
-		pd_tcp_fifo_append(&t->free, &t->nodes[i]);
+		pd_tcp_fifo_append(&t->cq.free, &t->nodes[i]);
 	return 0;
 }
 
@@ -65,12 +65,9 @@ static int fds_open(struct pd_tcp *t)
 {
 	int rc;
 
-	rc = t->cpl_fd = pd_tcp_eventfd();
-	if (rc < 0)
-		return rc;
 	rc = t->stop_fd = pd_tcp_eventfd();
 	if (rc < 0)
-		goto out_close_cpl;
+		return rc;
 	rc = t->reap_fd = pd_tcp_eventfd();
 	if (rc < 0)
 		goto out_close_stop;
@@ -78,8 +75,6 @@ static int fds_open(struct pd_tcp *t)
 
 out_close_stop:
 	(void)close(t->stop_fd);
-out_close_cpl:
-	(void)close(t->cpl_fd);
 	return rc;
 }
 
@@ -87,7 +82,6 @@ static void fds_close(struct pd_tcp *t)
 {
 	(void)close(t->reap_fd);
 	(void)close(t->stop_fd);
-	(void)close(t->cpl_fd);
 }
 
 int pd_tcp_create(const struct pd_tcp_opts *o, struct pd_tcp **out)
@@ -101,13 +95,16 @@ int pd_tcp_create(const struct pd_tcp_opts *o, struct pd_tcp **out)
 	if (!t)
 		return -ENOMEM;
 	t->o = *o;
-	t->lfd = t->cpl_fd = t->stop_fd = t->reap_fd = -1;
+	t->lfd = t->stop_fd = t->reap_fd = -1;
 	t->peers = calloc(o->max_peers, sizeof(*t->peers));
 	if (!t->peers)
 		goto out_free;
-	rc = pool_init(t);
+	rc = pd_cplq_init(&t->cq, &t->cq_lock);
 	if (rc < 0)
 		goto out_free_peers;
+	rc = pool_init(t);
+	if (rc < 0)
+		goto out_fini_cq;
 	rc = pd_pthread_rc(pthread_mutex_init(&t->cq_lock, NULL));
 	if (rc < 0)
 		goto out_free_nodes;
@@ -121,6 +118,8 @@ out_destroy_lock:
 	(void)pthread_mutex_destroy(&t->cq_lock);
 out_free_nodes:
 	free(t->nodes);
+out_fini_cq:
+	pd_cplq_fini(&t->cq);
 out_free_peers:
 	free(t->peers);
 out_free:
@@ -143,6 +142,7 @@ void pd_tcp_destroy(struct pd_tcp *t)
 		return;
 	pd_tcp_stop(t);
 	fds_close(t);
+	pd_cplq_fini(&t->cq);
 	(void)pthread_mutex_destroy(&t->cq_lock);
 	free(t->nodes);
 	free(t->peers);
@@ -151,40 +151,37 @@ void pd_tcp_destroy(struct pd_tcp *t)
 
 /* ---- write pool and completion queue ----------------------------------------- */
 
-int pd_tcp_pool_get(struct pd_tcp *t, uint32_t n, struct pd_tcp_fifo *out)
+int pd_tcp_pool_get(struct pd_tcp *t, uint32_t n, struct pd_cplq_fifo *out)
 {
 	int rc = -EAGAIN;
 
 	pd_tcp_lock(&t->cq_lock);
-	if (t->free.n >= n) {
+	if (t->cq.free.n >= n) {
 		for (uint32_t i = 0; i < n; i++)
-			pd_tcp_fifo_append(out, pd_tcp_fifo_pop(&t->free));
+			pd_cplq_fifo_append(out, pd_cplq_fifo_pop(&t->cq.free));
 		rc = 0;
 	}
 	pd_tcp_unlock(&t->cq_lock);
 	return rc;
 }
 
-void pd_tcp_pool_put(struct pd_tcp *t, struct pd_tcp_fifo *f)
+void pd_tcp_pool_put(struct pd_tcp *t, struct pd_cplq_fifo *f)
 {
 	pd_tcp_lock(&t->cq_lock);
-	pd_tcp_fifo_splice(&t->free, f);
+	pd_cplq_fifo_splice(&t->cq.free, f);
 	pd_tcp_unlock(&t->cq_lock);
 }
 
-/* Queue completions (status and kind set). The eventfd goes readable on the
- * empty -> not empty edge only: one write per batch, not per completion.
- * Counted under the lock: a completion polled is counted, and a counted
- * one can be polled. */
-void pd_tcp_cq_push(struct pd_tcp *t, struct pd_tcp_fifo *f)
+/* Queue completions (status and kind set). Counted under the lock: a
+ * completion polled is counted, and a counted one can be polled. */
+void pd_tcp_cq_push(struct pd_tcp *t, struct pd_cplq_fifo *f)
 {
 	uint64_t ok = 0, failed = 0, peer = 0;
-	int was_empty;
 
 	if (!f->n)
 		return;
-	for (const struct pd_tcp_node *n = f->head; n; n = n->next) {
-		if (n->kind == PD_TCP_CPL_PEER)
+	for (const struct pd_cplq_node *n = f->head; n; n = n->next) {
+		if (n->kind == PD_CPL_PEER)
 			peer++;
 		else if (n->status == 0)
 			ok++;
@@ -192,42 +189,21 @@ void pd_tcp_cq_push(struct pd_tcp *t, struct pd_tcp_fifo *f)
 			failed++;
 	}
 	pd_tcp_lock(&t->cq_lock);
-	was_empty = t->cq.n == 0;
-	pd_tcp_fifo_splice(&t->cq, f);
-	if (was_empty)
-		pd_tcp_efd_signal(t->cpl_fd);
+	pd_cplq_push_locked(&t->cq, f);
 	PD_TCP_STAT_INC(t, writes_ok, ok);
 	PD_TCP_STAT_INC(t, writes_failed, failed);
 	PD_TCP_STAT_INC(t, peer_failures, peer);
 	pd_tcp_unlock(&t->cq_lock);
 }
 
-int pd_tcp_poll(struct pd_tcp *t, struct pd_tcp_cpl *c, uint32_t max)
+int pd_tcp_poll(struct pd_tcp *t, struct pd_cpl *c, uint32_t max)
 {
-	uint32_t i = 0;
-
-	if (!t || (!c && max))
-		return -EINVAL;
-	if (max > INT_MAX)
-		max = INT_MAX;
-	pd_tcp_lock(&t->cq_lock);
-	for (; i < max && t->cq.n; i++) {
-		struct pd_tcp_node *n = pd_tcp_fifo_pop(&t->cq);
-
-		c[i] = (struct pd_tcp_cpl){ .cookie = n->x.cookie, .peer = n->peer,
-					    .status = n->status, .kind = n->kind };
-		pd_tcp_fifo_append(&t->free, n);
-	}
-	/* Readable exactly while cq is not empty: reset on the last one. */
-	if (i && !t->cq.n)
-		pd_tcp_efd_drain(t->cpl_fd);
-	pd_tcp_unlock(&t->cq_lock);
-	return (int)i;
+	return t ? pd_cplq_poll(&t->cq, c, max) : -EINVAL;
 }
 
 int pd_tcp_event_fd(const struct pd_tcp *t)
 {
-	return t ? t->cpl_fd : -EINVAL;
+	return t ? t->cq.fd : -EINVAL;
 }
 
 int pd_tcp_port(const struct pd_tcp *t)

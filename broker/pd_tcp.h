@@ -8,7 +8,8 @@
  * One struct pd_tcp is both ends of the data plane of one broker: it sends
  * writes to peers (lanes) and receives writes from peers (a listener). The
  * broker's control thread owns it; the module's own data threads move the
- * bytes and report back through a completion queue and an eventfd.
+ * bytes and report back through a completion queue and an eventfd
+ * (pd_cplq.h).
  *
  * ---- Wire ---------------------------------------------------------------
  * Every frame starts with struct pd_tcp_hdr: 40 bytes, every field
@@ -74,7 +75,7 @@
  * work is outstanding) fails the whole peer: the other lanes are closed,
  * every write queued or in flight on any lane of the peer completes with
  * that first error (-ECONNREFUSED, -ETIMEDOUT, -EACCES, -ECONNRESET,
- * -EPIPE, -EPROTO, ...), and after the last of them one PD_TCP_CPL_PEER
+ * -EPIPE, -EPROTO, ...), and after the last of them one PD_CPL_PEER
  * completion {peer, cookie 0, same status} is queued: it is the last
  * completion of that peer, so when the control thread sees it, no write of
  * the peer is outstanding any more. A failed peer accepts no more writes
@@ -140,6 +141,8 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+
+#include "pd_cplq.h"
 
 /* ---- wire format ------------------------------------------------------------ */
 
@@ -288,16 +291,8 @@ struct pd_tcp_xfer {
 	uint64_t tag;
 };
 
-#define PD_TCP_CPL_WRITE 1u            /* one posted write ended */
-#define PD_TCP_CPL_PEER  2u            /* the peer failed (see above); cookie 0 */
-
-struct pd_tcp_cpl {
-	uint64_t cookie;
-	uint32_t peer;
-	int32_t status;                /* 0, or -errno */
-	uint32_t kind;                 /* PD_TCP_CPL_* */
-	uint32_t _rsvd;
-};
+/* Completions are struct pd_cpl (pd_cplq.h): PD_CPL_WRITE, one posted write
+ * ended; PD_CPL_PEER, the peer failed (see above). */
 
 /* Counters (monotonic, relaxed atomics; a snapshot is not one instant). */
 #define PD_TCP_STAT_FIELDS(X)                                                          \
@@ -306,7 +301,7 @@ struct pd_tcp_cpl {
 	X(acks_rx)          /* ACKs matched to a frame */                             \
 	X(writes_ok)        /* writes completed with status 0 */                      \
 	X(writes_failed)    /* writes completed with an error */                      \
-	X(peer_failures)    /* PD_TCP_CPL_PEER completions queued */                  \
+	X(peer_failures)    /* PD_CPL_PEER completions queued */                      \
 	X(frames_rx)        /* DATA frames received and landed */                     \
 	X(bytes_rx)         /* their payload bytes */                                 \
 	X(acks_tx)          /* ACKs sent */                                           \
@@ -365,7 +360,7 @@ int pd_tcp_port(const struct pd_tcp *t);
 
 /**
  * Start @o.lanes lanes to a peer; returns before they connect (failures
- * arrive as a PD_TCP_CPL_PEER completion).
+ * arrive as a PD_CPL_PEER completion).
  * @param peer   the caller's id for the peer (any value, unique per instance)
  * @param host   numeric address, borrowed
  * @param port   1..65535
@@ -398,7 +393,7 @@ int pd_tcp_post(struct pd_tcp *t, uint32_t peer, const struct pd_tcp_xfer *x, ui
  * Move up to @max completions into @c, oldest first.
  * @return the number moved (0..max); -EINVAL for NULL arguments.
  */
-int pd_tcp_poll(struct pd_tcp *t, struct pd_tcp_cpl *c, uint32_t max);
+int pd_tcp_poll(struct pd_tcp *t, struct pd_cpl *c, uint32_t max);
 
 /** The completion eventfd (readable while completions are pending; owned by
  * the instance, do not read or close it), or -EINVAL for NULL. Any thread. */

@@ -9,15 +9,15 @@
  * and connection threads).
  *
  * Locks (never two held at once, so there is no lock order to keep):
- *   t->cq_lock   the write pool (free list) and the completion queue;
- *                the completion eventfd is written/read under it, so it is
- *                readable exactly while cq is not empty.
+ *   t->cq_lock   t->cq: the write pool (cq.free) and the completion queue
+ *                (pd_cplq.h); the completion eventfd is written/read under
+ *                it, so it is readable exactly while completions are pending.
  *   p->lock      per peer: err, failed, outstanding, live, each lane's
  *                pending list and load.
  * A write descriptor (struct pd_tcp_node) is always in exactly one place:
- * t->free, a lane's pending list (p->lock), a lane's window (that lane's
- * thread only), a local list of the thread moving it, t->cq, or a peer's
- * reserved peer-completion pointer.
+ * t->cq.free, a lane's pending list (p->lock), a lane's window (that lane's
+ * thread only), a local list of the thread moving it, t->cq.done, or a
+ * peer's reserved peer-completion pointer.
  */
 #include <netinet/in.h>
 #include <pthread.h>
@@ -26,22 +26,37 @@
 #include <sys/socket.h>
 
 #include "pd_compiler.h"
+#include "pd_cplq.h"
 #include "pd_log.h"
 #include "pd_tcp.h"
 
 struct pd_tcp_node {
-	struct pd_tcp_node *next;
+	struct pd_cplq_node c;         /* first: completion (c.cookie is x.cookie), list link */
 	struct pd_tcp_xfer x;
-	uint32_t peer;
-	uint32_t kind;                 /* PD_TCP_CPL_* */
-	int32_t status;
 	uint8_t hdr[PD_TCP_HDR_SIZE];  /* encoded DATA header */
 };
 
-struct pd_tcp_fifo {
-	struct pd_tcp_node *head, *tail;
-	uint32_t n;
-};
+/* Lists of write descriptors are struct pd_cplq_fifo of their c. */
+static inline struct pd_tcp_node *pd_tcp_node_of(struct pd_cplq_node *c)
+{
+	return c ? pd_container_of(c, struct pd_tcp_node, c) : NULL;
+}
+
+/* The node after n in its list, or NULL. */
+static inline struct pd_tcp_node *pd_tcp_node_next(const struct pd_tcp_node *n)
+{
+	return pd_tcp_node_of(n->c.next);
+}
+
+static inline void pd_tcp_fifo_append(struct pd_cplq_fifo *f, struct pd_tcp_node *n)
+{
+	pd_cplq_fifo_append(f, &n->c);
+}
+
+static inline struct pd_tcp_node *pd_tcp_fifo_pop(struct pd_cplq_fifo *f)
+{
+	return pd_tcp_node_of(pd_cplq_fifo_pop(f));
+}
 
 struct pd_tcp_peer;
 
@@ -52,11 +67,11 @@ struct pd_tcp_lane {
 	pthread_t thr;
 	int started;                   /* owner thread */
 	/* p->lock */
-	struct pd_tcp_fifo pending;
+	struct pd_cplq_fifo pending;
 	uint64_t load;                 /* bytes pending or in the window */
 	/* lane thread only */
 	int fd;
-	struct pd_tcp_fifo win;        /* sent or being sent, oldest first */
+	struct pd_cplq_fifo win;       /* sent or being sent, oldest first */
 	struct pd_tcp_node *next_send; /* first node of win with unsent bytes */
 	uint32_t send_off;             /* bytes of next_send's frame already sent */
 	uint32_t rlen;                 /* bytes in rbuf */
@@ -71,7 +86,7 @@ struct pd_tcp_peer {
 	uint64_t token;
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
-	struct pd_tcp_node *peer_cpl;  /* reserved for the PD_TCP_CPL_PEER completion */
+	struct pd_tcp_node *peer_cpl;  /* reserved for the PD_CPL_PEER completion */
 	pthread_mutex_t lock;
 	/* p->lock */
 	int err;                       /* 0 while usable; then the first error */
@@ -105,9 +120,7 @@ struct pd_tcp {
 	int stopped;
 	/* t->cq_lock */
 	pthread_mutex_t cq_lock;
-	struct pd_tcp_fifo cq;
-	struct pd_tcp_fifo free;
-	int cpl_fd;
+	struct pd_cplq cq;             /* completions and the write pool */
 	struct pd_tcp_node *nodes;     /* the pool's storage */
 	uint32_t nnodes;
 	/* receive side; set up by the owner before the listener starts */
@@ -149,9 +162,9 @@ static inline void pd_tcp_unlock(pthread_mutex_t *m)
 }
 
 /* pd_tcp.c */
-int pd_tcp_pool_get(struct pd_tcp *t, uint32_t n, struct pd_tcp_fifo *out);
-void pd_tcp_pool_put(struct pd_tcp *t, struct pd_tcp_fifo *f);
-void pd_tcp_cq_push(struct pd_tcp *t, struct pd_tcp_fifo *f);
+int pd_tcp_pool_get(struct pd_tcp *t, uint32_t n, struct pd_cplq_fifo *out);
+void pd_tcp_pool_put(struct pd_tcp *t, struct pd_cplq_fifo *f);
+void pd_tcp_cq_push(struct pd_tcp *t, struct pd_cplq_fifo *f);
 int pd_tcp_log_ok(struct pd_tcp *t);
 void pd_tcp_rx_stop(struct pd_tcp *t);
 
@@ -159,9 +172,6 @@ void pd_tcp_rx_stop(struct pd_tcp *t);
 void pd_tcp_peers_stop(struct pd_tcp *t);
 
 /* pd_tcp_io.c */
-void pd_tcp_fifo_append(struct pd_tcp_fifo *f, struct pd_tcp_node *n);
-struct pd_tcp_node *pd_tcp_fifo_pop(struct pd_tcp_fifo *f);
-void pd_tcp_fifo_splice(struct pd_tcp_fifo *dst, struct pd_tcp_fifo *src);
 int pd_tcp_addr_parse(const char *host, uint16_t port, struct sockaddr_storage *ss,
 		      socklen_t *len);
 /* A non-blocking, close-on-exec eventfd, or -errno. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * TCP transport helpers: the frame header codec, node lists, address
- * parsing, eventfds and socket waits bounded by a deadline and a wake fd.
+ * TCP transport helpers: the frame header codec, address parsing,
+ * eventfds and socket waits bounded by a deadline and a wake fd.
  */
 #include <arpa/inet.h>
 #include <endian.h>
@@ -70,47 +70,6 @@ int pd_tcp_hdr_decode(const uint8_t in[PD_TCP_HDR_SIZE], uint32_t max_len,
 	h->cookie = le64toh(w.cookie);
 	h->tag = le64toh(w.tag);
 	return hdr_valid(h, max_len) ? 0 : -EPROTO;
-}
-
-/* ---- node lists ------------------------------------------------------------- */
-
-void pd_tcp_fifo_append(struct pd_tcp_fifo *f, struct pd_tcp_node *n)
-{
-	n->next = NULL;
-	if (f->tail)
-		f->tail->next = n;
-	else
-		f->head = n;
-	f->tail = n;
-	f->n++;
-}
-
-struct pd_tcp_node *pd_tcp_fifo_pop(struct pd_tcp_fifo *f)
-{
-	struct pd_tcp_node *n = f->head;
-
-	if (!n)
-		return NULL;
-	f->head = n->next;
-	if (!f->head)
-		f->tail = NULL;
-	f->n--;
-	n->next = NULL;
-	return n;
-}
-
-/* Move all of src to the end of dst; src ends empty. */
-void pd_tcp_fifo_splice(struct pd_tcp_fifo *dst, struct pd_tcp_fifo *src)
-{
-	if (!src->head)
-		return;
-	if (dst->tail)
-		dst->tail->next = src->head;
-	else
-		dst->head = src->head;
-	dst->tail = src->tail;
-	dst->n += src->n;
-	*src = (struct pd_tcp_fifo){ 0 };
 }
 
 /* ---- addresses, eventfds, sockets ------------------------------------------- */

@@ -139,7 +139,7 @@ static int lane_iov(const struct pd_tcp_lane *l, struct iovec *iov, int max)
 	uint32_t off = l->send_off;
 	int k = 0;
 
-	for (; n && k + 2 <= max; n = n->next, off = 0) {
+	for (; n && k + 2 <= max; n = pd_tcp_node_next(n), off = 0) {
 		if (off < PD_TCP_HDR_SIZE) {
 			iov[k++] = (struct iovec){ (void *)(uintptr_t)(n->hdr + off),
 						   PD_TCP_HDR_SIZE - off };
@@ -170,7 +170,7 @@ static void lane_advance(struct pd_tcp_lane *l, size_t sent)
 		sent -= left;
 		frames++;
 		bytes += n->x.len;
-		l->next_send = n->next;
+		l->next_send = pd_tcp_node_next(n);
 		l->send_off = 0;
 	}
 	PD_TCP_STAT_INC(t, frames_tx, frames);
@@ -201,9 +201,9 @@ static int lane_send(struct pd_tcp_lane *l)
 }
 
 /* One ACK: it must answer the oldest frame of the window, fully sent. */
-static int lane_ack(struct pd_tcp_lane *l, const uint8_t *buf, struct pd_tcp_fifo *done)
+static int lane_ack(struct pd_tcp_lane *l, const uint8_t *buf, struct pd_cplq_fifo *done)
 {
-	struct pd_tcp_node *n = l->win.head;
+	struct pd_tcp_node *n = pd_tcp_node_of(l->win.head);
 	struct pd_tcp_hdr h;
 
 	if (pd_tcp_hdr_decode(buf, 0, &h) < 0 || h.type != PD_TCP_T_ACK || !n ||
@@ -213,12 +213,12 @@ static int lane_ack(struct pd_tcp_lane *l, const uint8_t *buf, struct pd_tcp_fif
 		return -EPROTO;
 	}
 	n = pd_tcp_fifo_pop(&l->win);
-	n->status = h.status;
+	n->c.status = h.status;
 	pd_tcp_fifo_append(done, n);
 	return 0;
 }
 
-static int lane_acks(struct pd_tcp_lane *l, struct pd_tcp_fifo *done)
+static int lane_acks(struct pd_tcp_lane *l, struct pd_cplq_fifo *done)
 {
 	uint32_t off = 0;
 	int rc = 0;
@@ -233,14 +233,14 @@ static int lane_acks(struct pd_tcp_lane *l, struct pd_tcp_fifo *done)
 }
 
 /* Hand acknowledged writes to the completion queue. */
-static void lane_complete(struct pd_tcp_lane *l, struct pd_tcp_fifo *done)
+static void lane_complete(struct pd_tcp_lane *l, struct pd_cplq_fifo *done)
 {
 	struct pd_tcp_peer *p = l->p;
 	uint64_t bytes = 0;
 
 	if (!done->n)
 		return;
-	for (const struct pd_tcp_node *n = done->head; n; n = n->next)
+	for (const struct pd_tcp_node *n = pd_tcp_node_of(done->head); n; n = pd_tcp_node_next(n))
 		bytes += PD_TCP_HDR_SIZE + (uint64_t)n->x.len;
 	l->progress_ns = pd_now_ns();
 	PD_TCP_STAT_INC(p->t, acks_rx, done->n);
@@ -253,7 +253,7 @@ static void lane_complete(struct pd_tcp_lane *l, struct pd_tcp_fifo *done)
 
 static int lane_recv(struct pd_tcp_lane *l)
 {
-	struct pd_tcp_fifo done = { 0 };
+	struct pd_cplq_fifo done = { 0 };
 	int rc = 0;
 
 	for (;;) {
@@ -333,9 +333,9 @@ static void peer_wake(struct pd_tcp_peer *p)
 		pd_tcp_efd_signal(p->lane[i].wake_fd);
 }
 
-static void fail_all(struct pd_tcp_fifo *f, int err)
+static void fail_all(struct pd_cplq_fifo *f, int err)
 {
-	for (struct pd_tcp_node *n = f->head; n; n = n->next)
+	for (struct pd_cplq_node *n = f->head; n; n = n->next)
 		n->status = err;
 }
 
@@ -346,7 +346,7 @@ static void lane_close(struct lane_ctx *lc, int rc)
 {
 	struct pd_tcp_lane *l = lc->l;
 	struct pd_tcp_peer *p = l->p;
-	struct pd_tcp_fifo dead = { 0 }, pc = { 0 };
+	struct pd_cplq_fifo dead = { 0 }, pc = { 0 };
 	uint32_t ndead;
 	int first = 0, err;
 
@@ -361,8 +361,8 @@ static void lane_close(struct lane_ctx *lc, int rc)
 		p->failed = first = 1;
 	}
 	err = p->err;
-	pd_tcp_fifo_splice(&dead, &l->win);
-	pd_tcp_fifo_splice(&dead, &l->pending);
+	pd_cplq_fifo_splice(&dead, &l->win);
+	pd_cplq_fifo_splice(&dead, &l->pending);
 	ndead = dead.n;
 	p->outstanding -= ndead;
 	l->load = 0;
@@ -441,7 +441,7 @@ static void lanes_close(struct pd_tcp_peer *p)
 static int peer_alloc(struct pd_tcp *t, uint32_t id, const struct sockaddr_storage *ss,
 		      socklen_t len, uint64_t token, struct pd_tcp_peer **out)
 {
-	struct pd_tcp_fifo one = { 0 };
+	struct pd_cplq_fifo one = { 0 };
 	struct pd_tcp_peer *p;
 	int rc;
 
@@ -459,9 +459,10 @@ static int peer_alloc(struct pd_tcp *t, uint32_t id, const struct sockaddr_stora
 	rc = pd_tcp_pool_get(t, 1, &one);
 	if (rc < 0)
 		goto out_close_lanes;
-	p->peer_cpl = one.head;
-	p->peer_cpl->kind = PD_TCP_CPL_PEER;
-	p->peer_cpl->peer = id;
+	p->peer_cpl = pd_tcp_node_of(one.head);
+	p->peer_cpl->c.kind = PD_CPL_PEER;
+	p->peer_cpl->c.peer = id;
+	p->peer_cpl->c.cookie = 0;
 	p->peer_cpl->x = (struct pd_tcp_xfer){ .cookie = 0 };
 	*out = p;
 	return 0;
@@ -477,7 +478,7 @@ out_free:
 
 static void peer_free(struct pd_tcp_peer *p)
 {
-	struct pd_tcp_fifo one = { 0 };
+	struct pd_cplq_fifo one = { 0 };
 
 	if (p->peer_cpl) {
 		pd_tcp_fifo_append(&one, p->peer_cpl);
@@ -604,11 +605,11 @@ static int post_reserve(struct pd_tcp_peer *p, uint32_t n)
 	return rc;
 }
 
-static void post_fill(struct pd_tcp_fifo *f, uint32_t peer, const struct pd_tcp_xfer *x)
+static void post_fill(struct pd_cplq_fifo *f, uint32_t peer, const struct pd_tcp_xfer *x)
 {
-	struct pd_tcp_node *n = f->head;
+	struct pd_tcp_node *n = pd_tcp_node_of(f->head);
 
-	for (uint32_t i = 0; n; n = n->next, i++) {
+	for (uint32_t i = 0; n; n = pd_tcp_node_next(n), i++) {
 		struct pd_tcp_hdr h = {
 			.magic = PD_TCP_MAGIC, .version = PD_TCP_WIRE_VERSION,
 			.type = PD_TCP_T_DATA, .slot = x[i].slot, .gen = x[i].gen,
@@ -616,9 +617,10 @@ static void post_fill(struct pd_tcp_fifo *f, uint32_t peer, const struct pd_tcp_
 		};
 
 		n->x = x[i];
-		n->peer = peer;
-		n->kind = PD_TCP_CPL_WRITE;
-		n->status = 0;
+		n->c.cookie = x[i].cookie;
+		n->c.peer = peer;
+		n->c.kind = PD_CPL_WRITE;
+		n->c.status = 0;
 		pd_tcp_hdr_encode(&h, n->hdr);
 	}
 }
@@ -636,7 +638,7 @@ static struct pd_tcp_lane *lane_least(struct pd_tcp_peer *p)
 
 /* Spread over the lanes and wake those that got work; -ENOTCONN (nothing
  * queued) if the peer failed since post_reserve. */
-static int post_queue(struct pd_tcp_peer *p, struct pd_tcp_fifo *f)
+static int post_queue(struct pd_tcp_peer *p, struct pd_cplq_fifo *f)
 {
 	uint32_t n = f->n, mask = 0;
 	struct pd_tcp_node *node;
@@ -666,7 +668,7 @@ static int post_queue(struct pd_tcp_peer *p, struct pd_tcp_fifo *f)
 
 int pd_tcp_post(struct pd_tcp *t, uint32_t peer, const struct pd_tcp_xfer *x, uint32_t n)
 {
-	struct pd_tcp_fifo f = { 0 };
+	struct pd_cplq_fifo f = { 0 };
 	struct pd_tcp_peer **entry;
 	int rc;
 

@@ -19,6 +19,7 @@
 
 #include <pdkv/agent.h>
 
+#include "pd_bench_fixture.h"
 #include "pd_proc.h"
 #include "pd_time.h"
 
@@ -28,66 +29,20 @@
 #define RECV_SLOTS "256"
 
 struct run {
-	struct pd_test_broker p, d;
-	struct pd_agent *pa, *da;
+	struct pd_bench_pair x;
 	uint32_t requests;
 	const char *xport;           /* --transport given to both brokers */
 	_Atomic uint32_t done;       /* released by the decode side */
 	int failed;
 };
 
-static struct pd_agent *attach(const struct pd_test_broker *b, uint32_t roles)
-{
-	struct pd_agent_opts o;
-	struct pd_agent *a = NULL;
-
-	pd_agent_opts_init(&o, sizeof(o));
-	o.broker = b->name;
-	o.rundir = b->rundir;
-	o.roles = roles;
-	return pd_agent_attach(&o, &a) == 0 ? a : NULL;
-}
-
 static int start(struct run *r)
 {
-	const char *pargs[] = { "--send-slots", SEND_SLOTS, "--recv-slots", "0", "--slot-size",
-				"1M", "--log-level", "warn", "--transport", r->xport, NULL };
-	const char *dargs[] = { "--send-slots", "0", "--recv-slots", RECV_SLOTS, "--slot-size",
-				"1M", "--log-level", "warn", "--transport", r->xport, NULL };
+	const struct pd_bench_pair_opts o = { .tag = "bench", .send_slots = SEND_SLOTS,
+					      .recv_slots = RECV_SLOTS, .slot_size = "1M",
+					      .transport = r->xport };
 
-	if (pd_test_broker_start(&r->d, "benchD", dargs) < 0 ||
-	    pd_test_broker_start(&r->p, "benchP", pargs) < 0)
-		return -1;
-	r->pa = attach(&r->p, PD_AGENT_SEND);
-	r->da = attach(&r->d, PD_AGENT_RECV);
-	return r->pa && r->da ? 0 : -1;
-}
-
-static void stop(struct run *r)
-{
-	pd_agent_detach(r->pa);
-	pd_agent_detach(r->da);
-	(void)pd_test_broker_stop(&r->p);
-	(void)pd_test_broker_stop(&r->d);
-}
-
-/* One request of n chunks of len bytes, in one batch. */
-static int put(struct run *r, const char *req, uint32_t n, uint32_t len)
-{
-	pd_slot_ref s[CHUNKS];
-	struct pd_chunk c[CHUNKS];
-	char keys[CHUNKS][48];
-	struct pd_batch b = { .req_id = req, .endpoint = r->d.ctrl, .chunks = c, .n = n,
-			      .total_chunks = n, .world_size = 1, .last = 1 };
-	int rc = pd_alloc(r->pa, req, n, s, 30000);
-
-	for (uint32_t i = 0; rc == 0 && i < n; i++) {
-		(void)snprintf(keys[i], sizeof(keys[i]), "%s/%u", req, i);
-		c[i] = (struct pd_chunk){ .slot = s[i], .len = len,
-					  .klen = (uint32_t)strlen(keys[i]), .key = keys[i] };
-		((uint8_t *)pd_slot_data(r->pa, s[i]))[0] = (uint8_t)i; /* staged in place */
-	}
-	return rc == 0 ? pd_put(r->pa, &b) : rc;
+	return pd_bench_pair_start(&r->x, &o);
 }
 
 /* Decode side: wait for each request in order, check a byte, release. */
@@ -100,8 +55,8 @@ static void *decoder(void *arg)
 		struct pd_recv_info info;
 
 		(void)snprintf(req, sizeof(req), "t%u", i);
-		if (pd_recv_wait(r->da, req, 30000, &info) < 0 || info.status ||
-		    pd_recv_release(r->da, req) < 0) {
+		if (pd_recv_wait(r->x.da, req, 30000, &info) < 0 || info.status ||
+		    pd_recv_release(r->x.da, req) < 0) {
 			r->failed = 1;
 			return NULL;
 		}
@@ -112,27 +67,13 @@ static void *decoder(void *arg)
 
 static double throughput(struct run *r)
 {
-	struct pd_event ev;
 	pthread_t th;
-	char req[32];
 	uint64_t t0 = pd_now_ns();
 
 	r->done = 0;
 	if (pthread_create(&th, NULL, decoder, r))
 		return -1;
-	uint32_t events = 0;
-
-	for (uint32_t i = 0; i < r->requests && !r->failed; i++) {
-		(void)snprintf(req, sizeof(req), "t%u", i);
-		if (put(r, req, CHUNKS, MIB) < 0)
-			r->failed = 1;
-		while (pd_next_event(r->pa, &ev, 0) == 0 && ++events)
-			r->failed |= ev.type != PD_EV_PUT_DONE;
-	}
-	while (!r->failed && events < r->requests && pd_next_event(r->pa, &ev, 30000) == 0) {
-		events++;
-		r->failed |= ev.type != PD_EV_PUT_DONE;
-	}
+	pd_bench_put_all(&r->x, 0, r->requests, CHUNKS, MIB, 0, &r->failed);
 	(void)pthread_join(th, NULL);
 	if (r->failed)
 		return -1;
@@ -159,13 +100,15 @@ static double latency(struct run *r, uint32_t n)
 		struct pd_recv_info info;
 
 		(void)snprintf(req, sizeof(req), "l%u", i);
-		if (put(r, req, 1, 4096) < 0 || pd_next_event(r->pa, &ev, 10000) < 0 ||
-		    ev.type != PD_EV_PUT_DONE || strcmp(ev.req_id, req)) {
+		if (pd_bench_put(&r->x, req, 1, 4096, 0) < 0 ||
+		    pd_next_event(r->x.pa, &ev, 10000) < 0 || ev.type != PD_EV_PUT_DONE ||
+		    strcmp(ev.req_id, req)) {
 			free(lat);
 			return -1;
 		}
 		lat[i] = pd_now_ns() - t0;
-		if (pd_recv_wait(r->da, req, 10000, &info) < 0 || pd_recv_release(r->da, req) < 0) {
+		if (pd_recv_wait(r->x.da, req, 10000, &info) < 0 ||
+		    pd_recv_release(r->x.da, req) < 0) {
 			free(lat);
 			return -1;
 		}
@@ -295,7 +238,7 @@ int main(int argc, char **argv)
 	r.requests = quick ? 64 : 512;
 	if (start(&r) < 0) {
 		fprintf(stderr, "bench_e2e: cannot start the brokers\n");
-		stop(&r);
+		pd_bench_pair_stop(&r.x);
 		return 1;
 	}
 	ip = iperf3(quick ? 1 : 3);
@@ -303,7 +246,7 @@ int main(int argc, char **argv)
 	gbs = throughput(&r);
 	lat = latency(&r, quick ? 200 : 2000);
 	rtt = zmq_rtt(quick ? 200 : 2000);
-	stop(&r);
+	pd_bench_pair_stop(&r.x);
 	printf("bench_e2e: 1P1D on one host, --transport %s, %u requests x %u x 1 MiB\n",
 	       r.xport, r.requests, CHUNKS);
 	printf("%-42s %10s %10s %8s\n", "measure", "pdkv", "baseline", "ratio");

@@ -25,6 +25,7 @@
 
 #include <pdkv/agent.h>
 
+#include "pd_bench_fixture.h"
 #include "pd_layout.h"
 #include "pd_proc.h"
 #include "pd_time.h"
@@ -34,8 +35,7 @@
 #define TOTAL  (2048 * MIB)
 
 struct run {
-	struct pd_test_broker p, d;
-	struct pd_agent *pa, *da;
+	struct pd_bench_pair x;
 	uint64_t chunk;
 	uint32_t send_slots, recv_slots;
 	uint32_t requests;
@@ -43,64 +43,17 @@ struct run {
 	int failed;
 };
 
-static struct pd_agent *attach(const struct pd_test_broker *b, uint32_t roles)
-{
-	struct pd_agent_opts o;
-	struct pd_agent *a = NULL;
-
-	pd_agent_opts_init(&o, sizeof(o));
-	o.broker = b->name;
-	o.rundir = b->rundir;
-	o.roles = roles;
-	return pd_agent_attach(&o, &a) == 0 ? a : NULL;
-}
-
 static int start(struct run *r, const char *threads)
 {
 	char ss[32], send[16], recv[16];
-	const char *pargs[] = { "--send-slots", send, "--recv-slots", "0", "--slot-size", ss,
-				"--transport", "shm,tcp", "--data-threads", threads,
-				"--log-level", "warn", NULL };
-	const char *dargs[] = { "--send-slots", "0", "--recv-slots", recv, "--slot-size", ss,
-				"--transport", "shm,tcp", "--data-threads", threads,
-				"--log-level", "warn", NULL };
+	const struct pd_bench_pair_opts o = { .tag = "bshm", .send_slots = send,
+					      .recv_slots = recv, .slot_size = ss,
+					      .transport = "shm,tcp", .data_threads = threads };
 
 	(void)snprintf(ss, sizeof(ss), "%lluM", (unsigned long long)(r->chunk / MIB));
 	(void)snprintf(send, sizeof(send), "%u", r->send_slots);
 	(void)snprintf(recv, sizeof(recv), "%u", r->recv_slots);
-	if (pd_test_broker_start(&r->d, "bshmD", dargs) < 0 ||
-	    pd_test_broker_start(&r->p, "bshmP", pargs) < 0)
-		return -1;
-	r->pa = attach(&r->p, PD_AGENT_SEND);
-	r->da = attach(&r->d, PD_AGENT_RECV);
-	return r->pa && r->da ? 0 : -1;
-}
-
-static void stop(struct run *r)
-{
-	pd_agent_detach(r->pa);
-	pd_agent_detach(r->da);
-	(void)pd_test_broker_stop(&r->p);
-	(void)pd_test_broker_stop(&r->d);
-}
-
-/* One request of CHUNKS chunks in one batch; one byte staged per chunk. */
-static int put(struct run *r, const char *req)
-{
-	pd_slot_ref s[CHUNKS];
-	struct pd_chunk c[CHUNKS];
-	char keys[CHUNKS][48];
-	struct pd_batch b = { .req_id = req, .endpoint = r->d.ctrl, .chunks = c, .n = CHUNKS,
-			      .total_chunks = CHUNKS, .world_size = 1, .last = 1 };
-	int rc = pd_alloc(r->pa, req, CHUNKS, s, 30000);
-
-	for (uint32_t i = 0; rc == 0 && i < CHUNKS; i++) {
-		(void)snprintf(keys[i], sizeof(keys[i]), "%s/%u", req, i);
-		c[i] = (struct pd_chunk){ .slot = s[i], .len = (uint32_t)r->chunk,
-					  .klen = (uint32_t)strlen(keys[i]), .key = keys[i] };
-		((uint8_t *)pd_slot_data(r->pa, s[i]))[0] = (uint8_t)(i + 1);
-	}
-	return rc == 0 ? pd_put(r->pa, &b) : rc;
+	return pd_bench_pair_start(&r->x, &o);
 }
 
 /* Decode side: wait for each request in order, check a byte, release. */
@@ -116,9 +69,10 @@ static void *decoder(void *arg)
 
 		(void)snprintf(req, sizeof(req), "t%u", i);
 		(void)snprintf(key, sizeof(key), "%s/%u", req, CHUNKS - 1);
-		if (pd_recv_wait(r->da, req, 30000, &info) < 0 || info.status ||
-		    pd_recv_lookup(r->da, key, (uint32_t)strlen(key), (const void **)&d, &len) < 0 ||
-		    len != r->chunk || d[0] != CHUNKS || pd_recv_release(r->da, req) < 0) {
+		if (pd_recv_wait(r->x.da, req, 30000, &info) < 0 || info.status ||
+		    pd_recv_lookup(r->x.da, key, (uint32_t)strlen(key), (const void **)&d,
+				   &len) < 0 ||
+		    len != r->chunk || d[0] != CHUNKS || pd_recv_release(r->x.da, req) < 0) {
 			r->failed = 1;
 			return NULL;
 		}
@@ -129,26 +83,13 @@ static void *decoder(void *arg)
 /* Move requests x CHUNKS chunks; GB/s, or -1. */
 static double pass(struct run *r, uint32_t requests)
 {
-	uint32_t events = 0;
-	struct pd_event ev;
 	pthread_t th;
-	char req[32];
 	uint64_t t0 = pd_now_ns();
 
 	r->requests = requests;
 	if (pthread_create(&th, NULL, decoder, r))
 		return -1;
-	for (uint32_t i = r->first; i < r->first + requests && !r->failed; i++) {
-		(void)snprintf(req, sizeof(req), "t%u", i);
-		if (put(r, req) < 0)
-			r->failed = 1;
-		while (pd_next_event(r->pa, &ev, 0) == 0 && ++events)
-			r->failed |= ev.type != PD_EV_PUT_DONE;
-	}
-	while (!r->failed && events < requests && pd_next_event(r->pa, &ev, 30000) == 0) {
-		events++;
-		r->failed |= ev.type != PD_EV_PUT_DONE;
-	}
+	pd_bench_put_all(&r->x, r->first, requests, CHUNKS, (uint32_t)r->chunk, 1, &r->failed);
 	(void)pthread_join(th, NULL);
 	r->first += requests;
 	if (r->failed)
@@ -222,10 +163,10 @@ static int one_size(uint64_t chunk, uint32_t send_slots, uint32_t recv_slots, ui
 		gbs = pass(&r, (uint32_t)(total / chunk / CHUNKS));
 	if (gbs >= 0) {
 		(void)nanosleep(&(struct timespec){ 0, 250 * 1000 * 1000 }, NULL); /* republished */
-		copies = stat_of(&r.p, "shm.copies_ok");
-		frames = stat_of(&r.p, "tcp.frames_tx");
+		copies = stat_of(&r.x.p, "shm.copies_ok");
+		frames = stat_of(&r.x.p, "tcp.frames_tx");
 	}
-	stop(&r);
+	pd_bench_pair_stop(&r.x);
 	mc = memcpy_gbs(chunk, send_slots, recv_slots, total);
 	printf("%4llu MiB chunks, %5.2f GiB   %10.2f %10.2f %7.2fx   (cold first pass %.2f; "
 	       "shm copies %llu, tcp frames %llu; pools %u send / %u recv)\n",

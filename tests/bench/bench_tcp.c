@@ -130,7 +130,7 @@ static struct pd_tcp_xfer xfer_of(const struct bench *b, uint64_t i)
 static void pump(const struct bench *b, struct pd_tcp *tx, uint64_t n)
 {
 	struct pollfd pfd = { .fd = pd_tcp_event_fd(tx), .events = POLLIN };
-	struct pd_tcp_cpl c[INFLIGHT];
+	struct pd_cpl c[INFLIGHT];
 	uint64_t posted = 0, done = 0;
 	int got;
 

@@ -4,30 +4,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "it_fixture.h"
-#include "pd_test.h"
+#include "it_scenarios.h"
 
-static const char *const decode_args[] = { "--send-slots", "0", "--recv-slots", "64",
-					   "--slot-size", "64K", "--heartbeat", "200ms",
-					   "--log-level", "info", NULL };
-
-/* A request sent before the sender noticed the restart may fail (its
- * session was the dead broker's); once noticed, requests succeed. Puts
- * "<base>.N" for N = 0, 1, ... until one is done; its name goes to req. */
-static int put_until_done(struct it *t, const char *base, char *req, size_t len)
-{
-	struct timespec nap = { 0, 300 * 1000 * 1000 };
-	struct pd_event ev;
-
-	for (int i = 0; i < 10; i++) {
-		(void)snprintf(req, len, "%s.%d", base, i);
-		if (it_put(t, req, 0, 2, 2) == 0 && pd_next_event(t->pa, &ev, IT_WAIT_MS) == 0 &&
-		    ev.type == PD_EV_PUT_DONE)
-			return i;
-		(void)nanosleep(&nap, NULL);
-	}
-	return -1;
-}
+static const struct it_xport tcp = IT_XPORT_TCP;
 
 /* The decode broker killed mid-transfer: the sender fails the request
  * within the heartbeat timeout and frees its staging; restarted, the
@@ -41,8 +20,7 @@ static void test_decode_broker_killed_then_restarted(void **state)
 	(void)state;
 	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16); /* batch written, staging back */
-	assert_int_equal(kill(t->d.pid, SIGKILL), 0);
-	assert_int_equal(pd_test_wait(t->d.pid, 5000), 128 + SIGKILL);
+	it_kill(&t->d);
 	t0 = pd_now_ns();
 	assert_int_equal(it_expect_event_from(t->pa, "A", PD_EV_PUT_FAILED) < 0, 1);
 	assert_true(pd_now_ns() - t0 < 3 * PD_NS_PER_S);
@@ -54,10 +32,8 @@ static void test_decode_broker_killed_then_restarted(void **state)
 	assert_int_equal(it_put(t, "C", 0, 1, 1), 0);
 	assert_int_equal(it_expect_event_from(t->pa, "C", PD_EV_PUT_FAILED) < 0, 1);
 	assert_true(pd_now_ns() - t0 < 2 * PD_NS_PER_S);
-	pd_agent_detach(t->da);
-	assert_int_equal(pd_test_broker_restart(&t->d, decode_args), 0);
-	t->da = it_attach(&t->d, PD_AGENT_RECV);
-	assert_true(put_until_done(t, "B", req, sizeof(req)) >= 0);
+	it_restart_decode(t);
+	assert_true(it_put_until_done(t, "B", req, sizeof(req)) >= 0);
 	it_verify(t, req, 2);
 	assert_int_equal(pd_recv_release(t->da, req), 0);
 	it_stop(t, 0);
@@ -95,22 +71,13 @@ static void test_prefill_broker_killed(void **state)
 	it_stop(t, 0);
 }
 
-static const char *const slow_hb_p[] = { "--send-slots", "16", "--recv-slots", "0",
-					 "--slot-size", "64K", "--heartbeat", "5s", NULL };
-static const char *const slow_hb_d[] = { "--send-slots", "0", "--recv-slots", "64",
-					 "--slot-size", "64K", "--heartbeat", "5s", NULL };
-
 /* Two brokers whose silence deadline is 3 heartbeats of 5 s, request A
  * half sent (4 of 8 chunks written). */
 static struct it *start_slow_heartbeat(void)
 {
-	struct it *t = calloc(1, sizeof(*t));
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 64,
+							.heartbeat = "5s" });
 
-	assert_non_null(t);
-	assert_int_equal(pd_test_broker_start(&t->d, "itD", slow_hb_d), 0);
-	assert_int_equal(pd_test_broker_start(&t->p, "itP", slow_hb_p), 0);
-	t->pa = it_attach(&t->p, PD_AGENT_SEND);
-	t->da = it_attach(&t->d, PD_AGENT_RECV);
 	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16); /* first batch written */
 	return t;
@@ -165,30 +132,8 @@ static void test_prefill_broker_sigterm_says_goodbye(void **state)
  * succeeds. */
 static void test_decode_broker_restarted_quickly(void **state)
 {
-	static const char *const hb_p[] = { "--send-slots", "16", "--recv-slots", "0",
-					    "--slot-size", "64K", "--heartbeat", "2s", NULL };
-	static const char *const hb_d[] = { "--send-slots", "0", "--recv-slots", "64",
-					    "--slot-size", "64K", "--heartbeat", "2s", NULL };
-	struct it *t = calloc(1, sizeof(*t));
-
 	(void)state;
-	assert_non_null(t);
-	assert_int_equal(pd_test_broker_start(&t->d, "itD", hb_d), 0);
-	assert_int_equal(pd_test_broker_start(&t->p, "itP", hb_p), 0);
-	t->pa = it_attach(&t->p, PD_AGENT_SEND);
-	t->da = it_attach(&t->d, PD_AGENT_RECV);
-	assert_int_equal(it_put(t, "A", 0, 2, 2), 0);
-	assert_int_equal(it_expect_event_from(t->pa, "A", PD_EV_PUT_DONE), 0);
-	pd_agent_detach(t->da);
-	assert_int_equal(kill(t->d.pid, SIGKILL), 0);
-	assert_int_equal(pd_test_wait(t->d.pid, 5000), 128 + SIGKILL);
-	assert_int_equal(pd_test_broker_restart(&t->d, hb_d), 0);
-	t->da = it_attach(&t->d, PD_AGENT_RECV);
-	assert_int_equal(it_put(t, "B", 0, 2, 2), 0);
-	assert_int_equal(it_expect_event_from(t->pa, "B", PD_EV_PUT_DONE), 0);
-	it_verify(t, "B", 2);
-	assert_int_equal(pd_recv_release(t->da, "B"), 0);
-	it_stop(t, 0);
+	it_scn_decode_restarted_quickly(&tcp);
 }
 
 int main(void)

@@ -6,66 +6,25 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "it_fixture.h"
-#include "pd_test.h"
+#include "it_scenarios.h"
 #include "pd_wire.h"
+
+static const struct it_xport tcp = IT_XPORT_TCP;
 
 /* Cancel between batches: PUT_FAILED(-ECANCELED), the receiver frees
  * everything, a later batch of the request is refused. */
 static void test_cancel_between_batches(void **state)
 {
-	struct it *t = it_start(16, 16);
-	pd_slot_ref r[1];
-	struct pd_recv_info info;
-
 	(void)state;
-	assert_int_equal(it_put(t, "C", 0, 4, 8), 0);
-	assert_int_equal(pd_cancel(t->pa, "C"), 0);
-	assert_int_equal(it_expect_event_from(t->pa, "C", PD_EV_PUT_FAILED), -ECANCELED);
-	assert_int_equal(pd_alloc(t->pa, "C", 1, r, 100), -ECANCELED);
-	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
-	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
-	assert_int_equal(pd_recv_wait(t->da, "C", 2000, &info), 0);
-	assert_int_equal(info.status, -ECANCELED);
-	it_stop(t, 0);
-}
-
-static int agent_dies_mid_request(void *arg)
-{
-	struct it *t = arg;
-	struct pd_agent_opts o;
-	struct pd_agent *a;
-	pd_slot_ref r[3];
-
-	pd_agent_opts_init(&o, sizeof(o));
-	o.broker = t->p.name;
-	o.rundir = t->p.rundir;
-	if (pd_agent_attach(&o, &a) < 0)
-		return 1;
-	t->pa = a; /* in this process only */
-	if (it_put(t, "K", 0, 4, 8) < 0 || pd_alloc(a, "K", 3, r, 1000) < 0)
-		return 2;
-	(void)raise(SIGKILL); /* holding 3 loans, with a batch queued */
-	return 3;
+	it_scn_cancel_between_batches(&tcp);
 }
 
 /* An agent SIGKILLed holding loans and with a batch in flight: the broker
  * reclaims everything and the receiver's side is rolled back. */
 static void test_killed_agent_is_reclaimed(void **state)
 {
-	struct it *t = it_start(16, 16);
-
 	(void)state;
-	assert_int_equal(pd_test_wait(pd_test_fork(agent_dies_mid_request, t), 10000),
-			 128 + SIGKILL);
-	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
-	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
-	/* The broker still serves. */
-	assert_int_equal(it_put(t, "L", 0, 2, 2), 0);
-	it_expect_event(t, "L", PD_EV_PUT_DONE);
-	it_verify(t, "L", 2);
-	assert_int_equal(pd_recv_release(t->da, "L"), 0);
-	it_stop(t, 0);
+	it_scn_killed_prefill_agent(&tcp);
 }
 
 /* A decode agent in another process: pins every chunk of req, says so on
@@ -80,15 +39,10 @@ struct pinner {
 static int decode_agent_pins_then_sleeps(void *arg)
 {
 	const struct pinner *p = arg;
-	struct pd_agent_opts o;
 	struct pd_recv_info info;
 	struct pd_agent *a;
 
-	pd_agent_opts_init(&o, sizeof(o));
-	o.broker = p->d->name;
-	o.rundir = p->d->rundir;
-	o.roles = PD_AGENT_RECV;
-	if (pd_agent_attach(&o, &a) < 0)
+	if (pd_test_agent_attach(p->d, PD_AGENT_RECV, &a) < 0)
 		return 1;
 	if (pd_recv_wait(a, p->req, IT_WAIT_MS, &info) < 0 || info.status != 0 ||
 	    info.chunks != p->chunks)
@@ -116,34 +70,6 @@ static int read_byte(int fd, uint32_t timeout_ms)
 	char c;
 
 	return poll(&pf, 1, (int)timeout_ms) == 1 && read(fd, &c, 1) == 1;
-}
-
-/* A counter from a broker's statistics region (published every tick). */
-static uint64_t it_stat(const struct pd_test_broker *b, const char *name)
-{
-	struct pd_stats *copy = malloc(sizeof(*copy));
-	struct pd_segment seg;
-	struct pd_shm s;
-	uint64_t v = UINT64_MAX;
-
-	assert_non_null(copy);
-	assert_int_equal(pd_segment_attach(b->name, PD_SEG_RDONLY, 1000, &seg, NULL, 0), 0);
-	assert_int_equal(pd_layout_open(&seg, &s, NULL, 0), 0);
-	if (pd_stats_snapshot(s.stats, copy) < 0 || pd_stats_find(copy, name, &v) < 0)
-		v = UINT64_MAX;
-	pd_layout_close(&s);
-	free(copy);
-	return v;
-}
-
-static uint64_t it_wait_stat(const struct pd_test_broker *b, const char *name, uint64_t want)
-{
-	uint64_t deadline = pd_deadline_ms(3000), v;
-	struct timespec nap = { 0, 10 * 1000 * 1000 };
-
-	while ((v = it_stat(b, name)) != want && pd_now_ns() < deadline)
-		(void)nanosleep(&nap, NULL);
-	return v;
 }
 
 /* A decode agent SIGKILLed while it pins chunks of a released request:

@@ -8,75 +8,119 @@
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include <pdkv/agent.h>
 
+#include "pd_compiler.h"
 #include "pd_layout.h"
 #include "pd_proc.h"
+#include "pd_test.h"
+#include "pd_test_agent.h"
 #include "pd_time.h"
 
 #define IT_SLOT (64u * 1024u)
 #define IT_WAIT_MS 10000u
 
+/* How it_start_opts() starts the brokers. Strings are borrowed for as long
+ * as the brokers may be restarted (literals). */
+struct it_opts {
+	uint32_t send_slots, recv_slots;
+	uint32_t nprefill;               /* prefill brokers: 1 (also for 0) or 2 */
+	const char *proxy;               /* prefill brokers' --proxy; NULL or "": none */
+	const char *transport;           /* prefill brokers' --transport; NULL: the default */
+	const char *d_transport;         /* the decode broker's; NULL: transport */
+	const char *require;             /* prefill brokers' --require; NULL: none */
+	const char *heartbeat;           /* every broker's --heartbeat; NULL: 200ms */
+};
+
+/* A broker's command line, kept while it may be restarted. */
+struct it_args {
+	char send[16], recv[16];
+	const char *v[20];
+};
+
 struct it {
 	struct pd_test_broker p, d, p2;  /* p2: a second prefill broker (2P1D) */
 	struct pd_agent *pa, *da, *pa2;
-	char proxy[64];                  /* --proxy given to prefill brokers, or "" */
+	struct it_args dargs;            /* the decode broker's, for it_restart_decode() */
 };
 
 static inline struct pd_agent *it_attach(const struct pd_test_broker *b, uint32_t roles)
 {
-	struct pd_agent_opts o;
 	struct pd_agent *a = NULL;
 
-	pd_agent_opts_init(&o, sizeof(o));
-	o.broker = b->name;
-	o.rundir = b->rundir;
-	o.roles = roles;
-	assert_int_equal(pd_agent_attach(&o, &a), 0);
+	assert_int_equal(pd_test_agent_attach(b, roles, &a), 0);
 	return a;
 }
 
-static inline void it_prefill(struct it *t, struct pd_test_broker *b, uint32_t send_slots)
+/* The arguments of a broker with send and recv slots; a prefill broker's
+ * also have o's --proxy and --require. */
+static inline const char *const *it_args(struct it_args *a, uint32_t send, uint32_t recv,
+					 const struct it_opts *o, const char *transport,
+					 int prefill)
 {
-	char s[16];
-	const char *args[] = { "--send-slots", s, "--recv-slots", "0", "--slot-size", "64K",
-			       "--heartbeat", "200ms", "--log-level", "info",
-			       t->proxy[0] ? "--proxy" : NULL, t->proxy, NULL };
+	const char *const flags[][2] = { { "--transport", transport },
+					 { "--proxy", prefill ? o->proxy : NULL },
+					 { "--require", prefill ? o->require : NULL } };
+	const char *const base[] = { "--send-slots", a->send, "--recv-slots", a->recv,
+				     "--slot-size", "64K", "--heartbeat",
+				     o->heartbeat ? o->heartbeat : "200ms", "--log-level", "info" };
+	uint32_t n = 0;
 
-	(void)snprintf(s, sizeof(s), "%u", send_slots);
-	assert_int_equal(pd_test_broker_start(b, "itP", args), 0);
+	(void)snprintf(a->send, sizeof(a->send), "%u", send);
+	(void)snprintf(a->recv, sizeof(a->recv), "%u", recv);
+	for (size_t i = 0; i < PD_ARRAY_SIZE(base); i++)
+		a->v[n++] = base[i];
+	for (size_t i = 0; i < PD_ARRAY_SIZE(flags); i++) {
+		if (flags[i][1] && flags[i][1][0]) {
+			a->v[n++] = flags[i][0];
+			a->v[n++] = flags[i][1];
+		}
+	}
+	a->v[n] = NULL;
+	return a->v;
 }
 
 /* Start D (recv_slots) and nprefill P brokers (send_slots), one agent each. */
-static inline struct it *it_start_n(uint32_t send_slots, uint32_t recv_slots, uint32_t nprefill,
-				    const char *proxy)
+static inline struct it *it_start_opts(const struct it_opts *o)
 {
 	struct it *t = calloc(1, sizeof(*t));
-	char r[16];
-	const char *dargs[] = { "--send-slots", "0", "--recv-slots", r, "--slot-size", "64K",
-				"--heartbeat", "200ms", "--log-level", "info", NULL };
+	const char *dx = o->d_transport ? o->d_transport : o->transport;
+	struct it_args pargs;
 
 	assert_non_null(t);
-	(void)snprintf(t->proxy, sizeof(t->proxy), "%s", proxy ? proxy : "");
-	(void)snprintf(r, sizeof(r), "%u", recv_slots);
-	assert_int_equal(pd_test_broker_start(&t->d, "itD", dargs), 0);
-	it_prefill(t, &t->p, send_slots);
+	assert_int_equal(pd_test_broker_start(&t->d, "itD",
+					      it_args(&t->dargs, 0, o->recv_slots, o, dx, 0)),
+			 0);
+	assert_int_equal(pd_test_broker_start(&t->p, "itP", it_args(&pargs, o->send_slots, 0, o,
+									o->transport, 1)),
+			 0);
 	t->pa = it_attach(&t->p, PD_AGENT_SEND);
 	t->da = it_attach(&t->d, PD_AGENT_RECV);
-	if (nprefill > 1) {
-		it_prefill(t, &t->p2, send_slots);
+	if (o->nprefill > 1) {
+		assert_int_equal(pd_test_broker_start(&t->p2, "itP", pargs.v), 0);
 		t->pa2 = it_attach(&t->p2, PD_AGENT_SEND);
 	}
 	return t;
+}
+
+static inline struct it *it_start_n(uint32_t send_slots, uint32_t recv_slots, uint32_t nprefill,
+				    const char *proxy)
+{
+	return it_start_opts(&(struct it_opts){ .send_slots = send_slots,
+						.recv_slots = recv_slots,
+						.nprefill = nprefill, .proxy = proxy });
 }
 
 static inline struct it *it_start(uint32_t send_slots, uint32_t recv_slots)
@@ -216,6 +260,88 @@ static inline uint32_t it_wait_free(const struct pd_test_broker *b, int recv, ui
 		(void)nanosleep(&nap, NULL);
 	}
 	return n;
+}
+
+/* A counter from a broker's statistics region (published every tick), or
+ * UINT64_MAX when it has none of that name. */
+static inline uint64_t it_stat(const struct pd_test_broker *b, const char *name)
+{
+	struct pd_stats *copy = malloc(sizeof(*copy));
+	struct pd_segment seg;
+	struct pd_shm s;
+	uint64_t v = UINT64_MAX;
+
+	assert_non_null(copy);
+	assert_int_equal(pd_segment_attach(b->name, PD_SEG_RDONLY, 1000, &seg, NULL, 0), 0);
+	assert_int_equal(pd_layout_open(&seg, &s, NULL, 0), 0);
+	if (pd_stats_snapshot(s.stats, copy) < 0 || pd_stats_find(copy, name, &v) < 0)
+		v = UINT64_MAX;
+	pd_layout_close(&s);
+	free(copy);
+	return v;
+}
+
+/* Wait (bounded) until the counter is at least min; its value. */
+static inline uint64_t it_wait_stat(const struct pd_test_broker *b, const char *name,
+				    uint64_t min)
+{
+	uint64_t deadline = pd_deadline_ms(3000), v;
+
+	while (((v = it_stat(b, name)) < min || v == UINT64_MAX) && pd_now_ns() < deadline)
+		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	return v;
+}
+
+/* pd_test_broker_start() waits for the attach socket; the admin socket
+ * may come a moment later. */
+static inline void it_wait_admin(const struct pd_test_broker *b)
+{
+	uint64_t deadline = pd_deadline_ms(5000);
+	char path[200];
+	struct stat st;
+
+	(void)snprintf(path, sizeof(path), "%s/%s.admin", b->rundir, b->name);
+	while (stat(path, &st) < 0) {
+		if (pd_now_ns() >= deadline)
+			fail_msg("no admin socket %s", path);
+		(void)nanosleep(&(struct timespec){ 0, 2 * 1000 * 1000 }, NULL);
+	}
+}
+
+/* SIGKILL b and reap it. */
+static inline void it_kill(const struct pd_test_broker *b)
+{
+	assert_int_equal(kill(b->pid, SIGKILL), 0);
+	assert_int_equal(pd_test_wait(b->pid, 5000), 128 + SIGKILL);
+}
+
+/* The decode broker, killed, started again with its arguments; a new
+ * decode agent (the old one detached first, if any). */
+static inline void it_restart_decode(struct it *t)
+{
+	pd_agent_detach(t->da);
+	t->da = NULL;
+	assert_int_equal(pd_test_broker_restart(&t->d, t->dargs.v), 0);
+	t->da = it_attach(&t->d, PD_AGENT_RECV);
+}
+
+/* A request sent before the sender noticed a restart may fail (its
+ * session was the dead broker's); once noticed, requests succeed. Puts
+ * "<base>.N" (2 chunks) for N = 0, 1, ... until one is done; its name goes
+ * to req. N, or -1. */
+static inline int it_put_until_done(struct it *t, const char *base, char *req, size_t len)
+{
+	struct timespec nap = { 0, 300 * 1000 * 1000 };
+	struct pd_event ev;
+
+	for (int i = 0; i < 10; i++) {
+		(void)snprintf(req, len, "%s.%d", base, i);
+		if (it_put(t, req, 0, 2, 2) == 0 && pd_next_event(t->pa, &ev, IT_WAIT_MS) == 0 &&
+		    ev.type == PD_EV_PUT_DONE)
+			return i;
+		(void)nanosleep(&nap, NULL);
+	}
+	return -1;
 }
 
 #endif

@@ -5,7 +5,6 @@
  * and the three ways a broker can be unreachable (exit 3, 4 and 5).
  */
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,22 +96,6 @@ static double wait_status_num(const struct pd_test_broker *b, const char *path, 
 	return v;
 }
 
-/* pd_test_broker_start() waits for the attach socket; the admin socket
- * may come a moment later. */
-static void wait_admin(const struct pd_test_broker *b)
-{
-	uint64_t deadline = pd_deadline_ms(5000);
-	char path[200];
-	struct stat st;
-
-	(void)snprintf(path, sizeof(path), "%s/%s.admin", b->rundir, b->name);
-	while (stat(path, &st) < 0) {
-		if (pd_now_ns() >= deadline)
-			fail_msg("no admin socket %s", path);
-		(void)nanosleep(&(struct timespec){ 0, 2 * 1000 * 1000 }, NULL);
-	}
-}
-
 /* One 8-chunk request P -> D, left READY (not released) at D. */
 static struct it *start_with_transfer(void)
 {
@@ -122,8 +105,8 @@ static struct it *start_with_transfer(void)
 	assert_int_equal(it_put(t, "req-a", 0, 8, 8), 0);
 	it_expect_event(t, "req-a", PD_EV_PUT_DONE);
 	assert_int_equal(pd_recv_wait(t->da, "req-a", IT_WAIT_MS, &info), 0);
-	wait_admin(&t->p);
-	wait_admin(&t->d);
+	it_wait_admin(&t->p);
+	it_wait_admin(&t->d);
 	return t;
 }
 
@@ -499,7 +482,7 @@ static void test_stopped_broker_exit_5_status_works(void **state)
 
 	(void)state;
 	assert_int_equal(pd_test_broker_start(&b, "itC", lone_args), 0);
-	wait_admin(&b);
+	it_wait_admin(&b);
 	RUN(&b, 0, "agents"); /* the admin socket is up */
 	assert_int_equal(kill(b.pid, SIGSTOP), 0);
 	/* Nothing asserts while it is stopped: a failure must not leave it so. */

@@ -7,105 +7,24 @@
  * agent, the decode broker killed mid-transfer and restarted; and what
  * pdctl peers says: "shm", a "tcp" fallback, a --require shm refusal.
  */
-#include <signal.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
-#include "it_fixture.h"
+#include "it_scenarios.h"
 #include "pd_json.h"
 #include "pd_run.h"
-#include "pd_test.h"
 #include "pd_wire.h"
 
-#define SHM_TCP "shm,tcp"
+static const struct it_xport shm = IT_XPORT_SHM;
 
-/* Broker arguments that outlive the call (a restart reuses them). */
-struct bargs {
-	char send[16], recv[16];
-	const char *v[16];
-};
-
-static const char *const *bargs(struct bargs *a, uint32_t send, uint32_t recv,
-				const char *transport, const char *require, const char *hb)
+/* D (recv slots, --transport dx) and a P (--transport "shm,tcp", --require
+ * preq), one agent each. */
+static struct it *start(uint32_t send, uint32_t recv, const char *dx, const char *preq)
 {
-	const char *v[] = { "--send-slots", a->send, "--recv-slots", a->recv, "--slot-size",
-			    "64K", "--heartbeat", hb, "--log-level", "info", "--transport",
-			    transport, require ? "--require" : NULL, require, NULL };
-
-	(void)snprintf(a->send, sizeof(a->send), "%u", send);
-	(void)snprintf(a->recv, sizeof(a->recv), "%u", recv);
-	memcpy(a->v, v, sizeof(v));
-	return a->v;
-}
-
-static struct bargs dargs_keep; /* the decode broker's, for restarts */
-
-/* D (recv slots, --transport dx) and nprefill P brokers (--transport
- * "shm,tcp", --require preq), one agent each. */
-static struct it *start(uint32_t send, uint32_t recv, uint32_t nprefill, const char *dx,
-			const char *preq, const char *hb)
-{
-	struct it *t = calloc(1, sizeof(*t));
-	struct bargs pa;
-
-	assert_non_null(t);
-	assert_int_equal(pd_test_broker_start(&t->d, "shmD", bargs(&dargs_keep, 0, recv, dx, NULL,
-								     hb)),
-			 0);
-	assert_int_equal(pd_test_broker_start(&t->p, "shmP", bargs(&pa, send, 0, SHM_TCP, preq,
-								     hb)),
-			 0);
-	t->pa = it_attach(&t->p, PD_AGENT_SEND);
-	t->da = it_attach(&t->d, PD_AGENT_RECV);
-	if (nprefill > 1) {
-		assert_int_equal(pd_test_broker_start(&t->p2, "shmP2",
-						      bargs(&pa, send, 0, SHM_TCP, preq, hb)),
-				 0);
-		t->pa2 = it_attach(&t->p2, PD_AGENT_SEND);
-	}
-	return t;
-}
-
-static struct it *start_shm(uint32_t send, uint32_t recv)
-{
-	return start(send, recv, 1, SHM_TCP, NULL, "200ms");
-}
-
-/* A counter from a broker's statistics region (published every tick). */
-static uint64_t stat_of(const struct pd_test_broker *b, const char *name)
-{
-	struct pd_stats *copy = malloc(sizeof(*copy));
-	struct pd_segment seg;
-	struct pd_shm s;
-	uint64_t v = UINT64_MAX;
-
-	assert_non_null(copy);
-	assert_int_equal(pd_segment_attach(b->name, PD_SEG_RDONLY, 1000, &seg, NULL, 0), 0);
-	assert_int_equal(pd_layout_open(&seg, &s, NULL, 0), 0);
-	if (pd_stats_snapshot(s.stats, copy) < 0 || pd_stats_find(copy, name, &v) < 0)
-		v = UINT64_MAX;
-	pd_layout_close(&s);
-	free(copy);
-	return v;
-}
-
-/* Wait (bounded) until the counter is at least min; its value. */
-static uint64_t wait_stat(const struct pd_test_broker *b, const char *name, uint64_t min)
-{
-	uint64_t deadline = pd_deadline_ms(3000), v;
-
-	while (((v = stat_of(b, name)) < min || v == UINT64_MAX) && pd_now_ns() < deadline)
-		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
-	return v;
-}
-
-/* The bytes went through shm: chunks copied by b, no TCP frame sent. */
-static void expect_shm_used(const struct pd_test_broker *b, uint64_t chunks)
-{
-	assert_true(wait_stat(b, "shm.copies_ok", chunks) >= chunks);
-	assert_int_equal(stat_of(b, "tcp.frames_tx"), 0);
+	return it_start_opts(&(struct it_opts){ .send_slots = send, .recv_slots = recv,
+						.transport = shm.transport, .d_transport = dx,
+						.require = preq });
 }
 
 /* ---- transfers ---------------------------------------------------------------------- */
@@ -115,27 +34,8 @@ static void expect_shm_used(const struct pd_test_broker *b, uint64_t chunks)
  * the bytes (received through no TCP frame); every slot free at the end. */
 static void test_2p1d_over_shm_every_byte(void **state)
 {
-	struct it *t = start(16, 20, 2, SHM_TCP, NULL, "200ms");
-	uint64_t bytes = 0;
-
 	(void)state;
-	for (uint32_t i = 0; i < 10; i++)
-		bytes += 2 * it_len(i);
-	assert_int_equal(it_put_from(t, t->pa, "A", 0, 10, 10), 0);
-	assert_int_equal(it_put_from(t, t->pa2, "B", 0, 10, 10), 0);
-	(void)it_expect_event_from(t->pa, "A", PD_EV_PUT_DONE);
-	(void)it_expect_event_from(t->pa2, "B", PD_EV_PUT_DONE);
-	it_verify(t, "A", 10);
-	it_verify(t, "B", 10);
-	expect_shm_used(&t->p, 10);
-	expect_shm_used(&t->p2, 10);
-	assert_int_equal(wait_stat(&t->d, "bytes_recv", bytes), bytes);
-	assert_int_equal(stat_of(&t->d, "tcp.frames_rx"), 0);
-	assert_int_equal(pd_recv_release(t->da, "A"), 0);
-	assert_int_equal(pd_recv_release(t->da, "B"), 0);
-	assert_int_equal(it_wait_free(&t->d, 1, 20), 20);
-	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
-	it_stop(t, 0);
+	it_scn_2p1d(&shm);
 }
 
 /* The seed's scenario over shm: recv pool 10, A and B of 8 chunks in
@@ -143,108 +43,26 @@ static void test_2p1d_over_shm_every_byte(void **state)
  * bytes of B's batches, held for admission, are counted all the same. */
 static void test_seed_scenario_over_shm(void **state)
 {
-	struct it *t = start_shm(16, 10);
-	struct pd_recv_info info;
-	uint64_t bytes = 0;
-
 	(void)state;
-	for (uint32_t i = 0; i < 8; i++)
-		bytes += 2 * it_len(i);
-	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
-	assert_int_equal(it_put(t, "B", 0, 4, 8), 0);
-	assert_int_equal(it_put(t, "A", 4, 4, 8), 0);
-	assert_int_equal(it_put(t, "B", 4, 4, 8), 0);
-	it_expect_event(t, "A", PD_EV_PUT_DONE);
-	it_verify(t, "A", 8);
-	assert_int_equal(pd_recv_wait(t->da, "B", 300, &info), -ETIMEDOUT); /* not admitted */
-	assert_int_equal(pd_recv_release(t->da, "A"), 0);
-	it_expect_event(t, "B", PD_EV_PUT_DONE);
-	it_verify(t, "B", 8);
-	assert_int_equal(pd_recv_release(t->da, "B"), 0);
-	assert_int_equal(it_wait_free(&t->d, 1, 10), 10);
-	expect_shm_used(&t->p, 16);
-	assert_int_equal(wait_stat(&t->d, "bytes_recv", bytes), bytes);
-	it_stop(t, 0);
+	it_scn_seed(&shm);
 }
 
 /* Cancel between batches: PUT_FAILED(-ECANCELED), both sides free all. */
 static void test_cancel_between_batches_over_shm(void **state)
 {
-	struct it *t = start_shm(16, 16);
-	struct pd_recv_info info;
-	pd_slot_ref r[1];
-
 	(void)state;
-	assert_int_equal(it_put(t, "C", 0, 4, 8), 0);
-	assert_int_equal(it_wait_free(&t->p, 0, 16), 16); /* first batch copied */
-	assert_int_equal(pd_cancel(t->pa, "C"), 0);
-	assert_int_equal(it_expect_event_from(t->pa, "C", PD_EV_PUT_FAILED), -ECANCELED);
-	assert_int_equal(pd_alloc(t->pa, "C", 1, r, 100), -ECANCELED);
-	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
-	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
-	assert_int_equal(pd_recv_wait(t->da, "C", 2000, &info), 0);
-	assert_int_equal(info.status, -ECANCELED);
-	expect_shm_used(&t->p, 4);
-	it_stop(t, 0);
-}
-
-static int agent_dies_mid_request(void *arg)
-{
-	struct it *t = arg;
-	struct pd_agent_opts o;
-	struct pd_agent *a;
-	pd_slot_ref r[3];
-
-	pd_agent_opts_init(&o, sizeof(o));
-	o.broker = t->p.name;
-	o.rundir = t->p.rundir;
-	if (pd_agent_attach(&o, &a) < 0)
-		return 1;
-	t->pa = a; /* in this process only */
-	if (it_put(t, "K", 0, 4, 8) < 0 || pd_alloc(a, "K", 3, r, 1000) < 0)
-		return 2;
-	(void)raise(SIGKILL); /* holding 3 loans, with a batch queued */
-	return 3;
+	it_scn_cancel_between_batches(&shm);
 }
 
 /* A prefill agent SIGKILLed with loans and a batch in flight: everything
  * comes back on both sides, and the broker still serves over shm. */
 static void test_killed_prefill_agent_over_shm(void **state)
 {
-	struct it *t = start_shm(16, 16);
-
 	(void)state;
-	assert_int_equal(pd_test_wait(pd_test_fork(agent_dies_mid_request, t), 10000),
-			 128 + SIGKILL);
-	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
-	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
-	assert_int_equal(it_put(t, "L", 0, 2, 2), 0);
-	it_expect_event(t, "L", PD_EV_PUT_DONE);
-	it_verify(t, "L", 2);
-	assert_int_equal(pd_recv_release(t->da, "L"), 0);
-	expect_shm_used(&t->p, 2);
-	it_stop(t, 0);
+	it_scn_killed_prefill_agent(&shm);
 }
 
 /* ---- the decode broker dies --------------------------------------------------------- */
-
-/* Puts "<base>.N" (2 chunks) until one is done; its name goes to req. A
- * request made in the instant the sender has not yet noticed a restart
- * may fail (documented); once noticed, requests succeed. */
-static int put_until_done(struct it *t, const char *base, char *req, size_t len)
-{
-	struct timespec nap = { 0, 300 * 1000 * 1000 };
-	struct pd_event ev;
-
-	for (int i = 0; i < 10; i++) {
-		(void)snprintf(req, len, "%s.%d", base, i);
-		if (it_put(t, req, 0, 2, 2) == 0 && pd_next_event(t->pa, &ev, IT_WAIT_MS) == 0 &&
-		    ev.type == PD_EV_PUT_DONE)
-			return i;
-		(void)nanosleep(&nap, NULL);
-	}
-	return -1;
-}
 
 /* The decode broker SIGKILLed while a second batch goes out (3 chunks:
  * the request stays one short, whether or not they land before the kill):
@@ -254,7 +72,7 @@ static int put_until_done(struct it *t, const char *base, char *req, size_t len)
  * takes requests over shm. */
 static void test_decode_killed_mid_transfer_then_restarted(void **state)
 {
-	struct it *t = start_shm(16, 64);
+	struct it *t = start(16, 64, NULL, NULL);
 	uint64_t t0, connects;
 	char req[32];
 
@@ -262,23 +80,20 @@ static void test_decode_killed_mid_transfer_then_restarted(void **state)
 	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16); /* first batch copied */
 	assert_int_equal(it_put_from(t, t->pa, "A", 4, 3, 8), 0);
-	assert_int_equal(kill(t->d.pid, SIGKILL), 0);   /* while that one goes */
-	assert_int_equal(pd_test_wait(t->d.pid, 5000), 128 + SIGKILL);
+	it_kill(&t->d); /* while that one goes */
 	t0 = pd_now_ns();
 	assert_true(it_expect_event_from(t->pa, "A", PD_EV_PUT_FAILED) < 0);
 	assert_true(pd_now_ns() - t0 < 3 * PD_NS_PER_S);
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
 	assert_int_equal(kill(t->p.pid, 0), 0);          /* the sender lives */
-	connects = stat_of(&t->p, "shm.connects");
-	pd_agent_detach(t->da);
-	assert_int_equal(pd_test_broker_restart(&t->d, dargs_keep.v), 0);
-	t->da = it_attach(&t->d, PD_AGENT_RECV);
-	assert_true(put_until_done(t, "B", req, sizeof(req)) >= 0);
+	connects = it_stat(&t->p, "shm.connects");
+	it_restart_decode(t);
+	assert_true(it_put_until_done(t, "B", req, sizeof(req)) >= 0);
 	it_verify(t, req, 2);
 	assert_int_equal(pd_recv_release(t->da, req), 0);
-	assert_true(wait_stat(&t->p, "shm.connects", connects + 1) > connects); /* the new one */
-	assert_int_equal(stat_of(&t->p, "tcp.frames_tx"), 0);
-	assert_int_equal(stat_of(&t->d, "tcp.frames_rx"), 0);
+	assert_true(it_wait_stat(&t->p, "shm.connects", connects + 1) > connects); /* the new one */
+	assert_int_equal(it_stat(&t->p, "tcp.frames_tx"), 0);
+	assert_int_equal(it_stat(&t->d, "tcp.frames_rx"), 0);
 	it_stop(t, 0);
 }
 
@@ -287,40 +102,11 @@ static void test_decode_killed_mid_transfer_then_restarted(void **state)
  * first request after the restart succeeds, over shm. */
 static void test_decode_restarted_quickly_over_shm(void **state)
 {
-	struct it *t = start(16, 64, 1, SHM_TCP, NULL, "2s");
-
 	(void)state;
-	assert_int_equal(it_put(t, "A", 0, 2, 2), 0);
-	assert_int_equal(it_expect_event_from(t->pa, "A", PD_EV_PUT_DONE), 0);
-	pd_agent_detach(t->da);
-	assert_int_equal(kill(t->d.pid, SIGKILL), 0);
-	assert_int_equal(pd_test_wait(t->d.pid, 5000), 128 + SIGKILL);
-	(void)nanosleep(&(struct timespec){ 0, 300 * 1000 * 1000 }, NULL); /* a few ticks */
-	assert_int_equal(pd_test_broker_restart(&t->d, dargs_keep.v), 0);
-	t->da = it_attach(&t->d, PD_AGENT_RECV);
-	assert_int_equal(it_put(t, "B", 0, 2, 2), 0);
-	assert_int_equal(it_expect_event_from(t->pa, "B", PD_EV_PUT_DONE), 0);
-	it_verify(t, "B", 2);
-	assert_int_equal(pd_recv_release(t->da, "B"), 0);
-	assert_int_equal(wait_stat(&t->p, "shm.connects", 2), 2);
-	it_stop(t, 0);
+	it_scn_decode_restarted_quickly(&shm);
 }
 
 /* ---- what pdctl says ----------------------------------------------------------------- */
-
-static void wait_admin(const struct pd_test_broker *b)
-{
-	uint64_t deadline = pd_deadline_ms(5000);
-	char path[200];
-	struct stat st;
-
-	(void)snprintf(path, sizeof(path), "%s/%s.admin", b->rundir, b->name);
-	while (stat(path, &st) < 0) {
-		if (pd_now_ns() >= deadline)
-			fail_msg("no admin socket %s", path);
-		(void)nanosleep(&(struct timespec){ 0, 2 * 1000 * 1000 }, NULL);
-	}
-}
 
 /* pdctl --json peers of b: rows[0]'s transport and why. */
 static void peer_xport(const struct pd_test_broker *b, char *xport, char *why, size_t len)
@@ -328,7 +114,7 @@ static void peer_xport(const struct pd_test_broker *b, char *xport, char *why, s
 	char bin[256];
 	struct pd_run_result r = { 0 };
 
-	wait_admin(b);
+	it_wait_admin(b);
 	assert_int_equal(pd_run_bin("pdctl", bin, sizeof(bin)), 0);
 	const char *argv[] = { bin, "--name", b->name, "--rundir", b->rundir, "--json", "peers",
 			       NULL };
@@ -340,15 +126,23 @@ static void peer_xport(const struct pd_test_broker *b, char *xport, char *why, s
 	pd_run_free(&r);
 }
 
-static void test_pdctl_peers_shows_shm(void **state)
+/* A P -> D transfer of request A (2 chunks), the decode broker's --transport dx. */
+static struct it *start_with_transfer(const char *dx)
 {
-	struct it *t = start_shm(16, 16);
-	char x[128], why[128];
+	struct it *t = start(16, 16, dx, NULL);
 
-	(void)state;
 	assert_int_equal(it_put(t, "A", 0, 2, 2), 0);
 	it_expect_event(t, "A", PD_EV_PUT_DONE);
 	it_verify(t, "A", 2);
+	return t;
+}
+
+static void test_pdctl_peers_shows_shm(void **state)
+{
+	struct it *t = start_with_transfer(NULL);
+	char x[128], why[128];
+
+	(void)state;
 	peer_xport(&t->p, x, why, sizeof(x));
 	assert_string_equal(x, "shm");
 	assert_string_equal(why, "configured (--transport)");
@@ -360,19 +154,16 @@ static void test_pdctl_peers_shows_shm(void **state)
 /* The decode broker offers no shm: tcp, and the fallback says why. */
 static void test_pdctl_peers_shows_tcp_fallback(void **state)
 {
-	struct it *t = start(16, 16, 1, "tcp", NULL, "200ms");
+	struct it *t = start_with_transfer("tcp");
 	char x[128], why[128];
 
 	(void)state;
-	assert_int_equal(it_put(t, "A", 0, 2, 2), 0);
-	it_expect_event(t, "A", PD_EV_PUT_DONE);
-	it_verify(t, "A", 2);
 	peer_xport(&t->p, x, why, sizeof(x));
 	assert_string_equal(x, "tcp");
 	if (!strstr(why, "fallback") || !strstr(why, "shm: not offered"))
 		fail_msg("why: %s", why);
-	assert_int_equal(stat_of(&t->p, "shm.copies_ok"), 0);
-	assert_true(wait_stat(&t->p, "tcp.frames_tx", 2) >= 2);
+	assert_int_equal(it_stat(&t->p, "shm.copies_ok"), 0);
+	assert_true(it_wait_stat(&t->p, "tcp.frames_tx", 2) >= 2);
 	peer_xport(&t->d, x, why, sizeof(x));
 	assert_string_equal(x, "tcp");
 	it_stop(t, 0);
@@ -382,7 +173,7 @@ static void test_pdctl_peers_shows_tcp_fallback(void **state)
  * fails at once with -EPROTONOSUPPORT, nothing is left held anywhere. */
 static void test_require_shm_refuses_a_peer_without_it(void **state)
 {
-	struct it *t = start(16, 16, 1, "tcp", "shm", "200ms");
+	struct it *t = start(16, 16, "tcp", "shm");
 	char x[128], why[128];
 	uint64_t t0 = pd_now_ns();
 
@@ -393,16 +184,16 @@ static void test_require_shm_refuses_a_peer_without_it(void **state)
 	assert_int_equal(it_expect_event_from(t->pa, "B", PD_EV_PUT_FAILED), -EPROTONOSUPPORT);
 	assert_true(pd_now_ns() - t0 < 3 * PD_NS_PER_S);
 	/* A's AllocRequest was out before the peer's Hello settled it; B's never left. */
-	assert_int_equal(wait_stat(&t->d, "rx.batches", 1), 1);
+	assert_int_equal(it_wait_stat(&t->d, "rx.batches", 1), 1);
 	(void)nanosleep(&(struct timespec){ 0, 250 * 1000 * 1000 }, NULL);
-	assert_int_equal(stat_of(&t->d, "rx.batches"), 1);
+	assert_int_equal(it_stat(&t->d, "rx.batches"), 1);
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
 	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
 	peer_xport(&t->p, x, why, sizeof(x));
 	assert_string_equal(x, "none");
 	if (!strstr(why, "--require") || !strstr(why, "shm: not offered"))
 		fail_msg("why: %s", why);
-	assert_int_equal(stat_of(&t->p, "tcp.frames_tx"), 0);
+	assert_int_equal(it_stat(&t->p, "tcp.frames_tx"), 0);
 	it_stop(t, 0);
 }
 
@@ -544,7 +335,7 @@ static void boot_id(char *out, size_t len)
  * the request rolled back. */
 static void test_putdone_trusted_only_from_same_host(void **state)
 {
-	struct it *t = start_shm(8, 16);
+	struct it *t = start(8, 16, NULL, NULL);
 	struct fake near = { 0 }, far = { 0 };
 	struct pd_recv_info info;
 	int32_t slot[2];
@@ -557,7 +348,7 @@ static void test_putdone_trusted_only_from_same_host(void **state)
 	shm_write(&t->d, "N", slot);
 	fake_put_done(&near, "N", slot);
 	it_verify(t, "N", 2);
-	assert_int_equal(wait_stat(&t->d, "bytes_recv", it_len(0) + it_len(1)),
+	assert_int_equal(it_wait_stat(&t->d, "bytes_recv", it_len(0) + it_len(1)),
 			 it_len(0) + it_len(1));
 	assert_int_equal(pd_recv_release(t->da, "N"), 0);
 	fake_open(&far, &t->d, "another-host");
@@ -566,7 +357,7 @@ static void test_putdone_trusted_only_from_same_host(void **state)
 	assert_int_equal(pd_recv_wait(t->da, "F", IT_WAIT_MS, &info), 0);
 	assert_int_equal(info.status, -EPROTO);
 	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
-	assert_int_equal(stat_of(&t->d, "bytes_recv"), it_len(0) + it_len(1));
+	assert_int_equal(it_stat(&t->d, "bytes_recv"), it_len(0) + it_len(1));
 	fake_close(&near);
 	fake_close(&far);
 	it_stop(t, 0);

@@ -2,7 +2,9 @@
 /* Real prefill -> decode transfers between pdbroker processes over TCP. */
 #include <time.h>
 
-#include "it_fixture.h"
+#include "it_scenarios.h"
+
+static const struct it_xport tcp = IT_XPORT_TCP;
 
 static void release_all(struct it *t, const char *req)
 {
@@ -29,23 +31,8 @@ static void test_1p1d_64_chunks_in_8_batches(void **state)
  * interleaved: B is admitted only once A is released; both complete. */
 static void test_seed_interleaved_batches_both_complete(void **state)
 {
-	struct it *t = it_start(16, 10);
-	struct pd_recv_info info;
-
 	(void)state;
-	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
-	assert_int_equal(it_put(t, "B", 0, 4, 8), 0);
-	assert_int_equal(it_put(t, "A", 4, 4, 8), 0);
-	assert_int_equal(it_put(t, "B", 4, 4, 8), 0);
-	it_expect_event(t, "A", PD_EV_PUT_DONE);
-	it_verify(t, "A", 8);
-	assert_int_equal(pd_recv_wait(t->da, "B", 300, &info), -ETIMEDOUT); /* not admitted */
-	release_all(t, "A");
-	it_expect_event(t, "B", PD_EV_PUT_DONE);
-	it_verify(t, "B", 8);
-	release_all(t, "B");
-	assert_int_equal(it_wait_free(&t->d, 1, 10), 10);
-	it_stop(t, 0);
+	it_scn_seed(&tcp);
 }
 
 /* One sender, recv pool 10: A=8 in two batches, B=8 submitted between them. */
@@ -71,19 +58,8 @@ static void test_one_sender_b_between_a_batches(void **state)
  * both are admitted without waiting (READY before anything is released). */
 static void test_2p1d_both_admitted_at_once(void **state)
 {
-	struct it *t = it_start_n(16, 20, 2, NULL);
-
 	(void)state;
-	assert_int_equal(it_put_from(t, t->pa, "A", 0, 10, 10), 0);
-	assert_int_equal(it_put_from(t, t->pa2, "B", 0, 10, 10), 0);
-	(void)it_expect_event_from(t->pa, "A", PD_EV_PUT_DONE);
-	(void)it_expect_event_from(t->pa2, "B", PD_EV_PUT_DONE);
-	it_verify(t, "A", 10);
-	it_verify(t, "B", 10);
-	release_all(t, "A");
-	release_all(t, "B");
-	assert_int_equal(it_wait_free(&t->d, 1, 20), 20);
-	it_stop(t, 0);
+	it_scn_2p1d(&tcp);
 }
 
 int main(void)

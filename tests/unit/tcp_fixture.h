@@ -313,7 +313,7 @@ static inline void fx_sleep_ms(uint32_t ms)
 }
 
 /* Collect up to want completions, sleeping on the event fd; returns how many. */
-static inline uint32_t fx_wait(struct pd_tcp *t, struct pd_tcp_cpl *c, uint32_t want,
+static inline uint32_t fx_wait(struct pd_tcp *t, struct pd_cpl *c, uint32_t want,
 			       uint32_t timeout_ms)
 {
 	uint64_t deadline = pd_deadline_ms(timeout_ms);
@@ -486,13 +486,13 @@ static inline int fx_raw_closed(int fd)
 }
 
 /* Count completions per cookie (cookies 0..n-1): each must come once. */
-static inline void fx_assert_once(const struct pd_tcp_cpl *c, uint32_t nc, uint32_t n)
+static inline void fx_assert_once(const struct pd_cpl *c, uint32_t nc, uint32_t n)
 {
 	uint8_t *seen = calloc(n ? n : 1, 1);
 
 	assert_non_null(seen);
 	for (uint32_t i = 0; i < nc; i++) {
-		assert_int_equal(c[i].kind, PD_TCP_CPL_WRITE);
+		assert_int_equal(c[i].kind, PD_CPL_WRITE);
 		assert_true(c[i].cookie < n);
 		assert_int_equal(seen[c[i].cookie], 0);
 		seen[c[i].cookie] = 1;

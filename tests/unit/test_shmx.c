@@ -112,7 +112,7 @@ static int connect_to(struct fx *f, const struct pd_shmx_target *t)
 }
 
 /* Wait for n completions (eventfd, then poll). */
-static uint32_t wait_cpl(struct pd_shmx *s, struct pd_shmx_cpl *c, uint32_t n)
+static uint32_t wait_cpl(struct pd_shmx *s, struct pd_cpl *c, uint32_t n)
 {
 	uint64_t deadline = pd_deadline_ms(WAIT_MS);
 	uint32_t got = 0;
@@ -224,7 +224,7 @@ static void test_copies_land_byte_exact(void **state)
 	struct pd_shmx_target t = target(f, n, ss, EPOCH);
 	uint8_t *src = malloc((size_t)n * ss);
 	struct pd_shmx_xfer x[16];
-	struct pd_shmx_cpl c[17];
+	struct pd_cpl c[17];
 	struct pd_shmx_stats st;
 	uint32_t seen = 0, bytes = 0;
 
@@ -245,7 +245,7 @@ static void test_copies_land_byte_exact(void **state)
 	assert_int_equal(wait_cpl(f->s, c, n), n);
 	for (uint32_t i = 0; i < n; i++) {
 		assert_int_equal(c[i].status, 0);
-		assert_int_equal(c[i].kind, PD_SHMX_CPL_WRITE);
+		assert_int_equal(c[i].kind, PD_CPL_WRITE);
 		assert_int_equal(c[i].peer, PEER);
 		assert_true(c[i].cookie >= 100 && c[i].cookie < 100 + n);
 		assert_false(seen & (1u << (c[i].cookie - 100))); /* each exactly once */
@@ -276,7 +276,7 @@ static void test_bounds_refused_all_or_nothing(void **state)
 	static uint8_t src[64 * KIB + 1];
 	struct pd_shmx_xfer x[2] = { { .cookie = 1, .src = src, .len = 16, .slot = 0 },
 				     { .cookie = 2, .src = src, .len = 16, .slot = 4 } };
-	struct pd_shmx_cpl c[2];
+	struct pd_cpl c[2];
 
 	memset(src, 0x3c, sizeof(src));
 	shmx_make(f, 1, 8);
@@ -312,7 +312,7 @@ static void test_queue_depth(void **state)
 	struct pd_shmx_target t = target(f, 4, 16 * MIB, EPOCH);
 	uint8_t *src = calloc(1, 16 * MIB);
 	struct pd_shmx_xfer x = { .cookie = 9, .src = src, .len = 16 * MIB, .slot = 2 };
-	struct pd_shmx_cpl c[4];
+	struct pd_cpl c[4];
 
 	assert_non_null(src);
 	shmx_make(f, 1, 4);
@@ -340,7 +340,7 @@ static void test_disconnect_aborts_copies_in_flight(void **state)
 	const uint32_t n = 1000, slots = 8;
 	struct pd_shmx_target t = target(f, slots, MIB, EPOCH);
 	struct pd_shmx_xfer *x = calloc(n, sizeof(*x));
-	struct pd_shmx_cpl *c = calloc(n + 1, sizeof(*c));
+	struct pd_cpl *c = calloc(n + 1, sizeof(*c));
 	uint8_t *seen = calloc(n, 1), *src = malloc(MIB);
 	uint32_t ok = 0, aborted = 0;
 	int got;
@@ -357,7 +357,7 @@ static void test_disconnect_aborts_copies_in_flight(void **state)
 	got = pd_shmx_poll(f->s, c, n + 1); /* all there already: no waiting */
 	assert_int_equal(got, (int)n);
 	for (uint32_t i = 0; i < n; i++) {
-		assert_int_equal(c[i].kind, PD_SHMX_CPL_WRITE);
+		assert_int_equal(c[i].kind, PD_CPL_WRITE);
 		assert_true(c[i].cookie < n && !seen[c[i].cookie]);
 		seen[c[i].cookie] = 1;
 		ok += c[i].status == 0;
@@ -375,11 +375,11 @@ static void test_disconnect_aborts_copies_in_flight(void **state)
 static void copy_one(struct fx *f, const void *src, uint32_t len, uint32_t slot, int32_t want)
 {
 	struct pd_shmx_xfer x = { .cookie = 77, .src = src, .len = len, .slot = slot };
-	struct pd_shmx_cpl c;
+	struct pd_cpl c;
 
 	assert_int_equal(pd_shmx_post(f->s, PEER, &x, 1), 1);
 	assert_int_equal(wait_cpl(f->s, &c, 1), 1);
-	assert_int_equal(c.kind, PD_SHMX_CPL_WRITE);
+	assert_int_equal(c.kind, PD_CPL_WRITE);
 	assert_int_equal(c.status, want);
 }
 
@@ -392,7 +392,7 @@ static void test_replaced_segment_fails_the_peer(void **state)
 	struct pd_shmx_target t = target(f, 4, 64 * KIB, EPOCH);
 	static const char hi[] = "hello";
 	struct pd_shmx_xfer x = { .cookie = 1, .src = hi, .len = 5, .slot = 1 };
-	struct pd_shmx_cpl c;
+	struct pd_cpl c;
 
 	shmx_make(f, 2, 64);
 	seg_make(f, 4, 64 * KIB, EPOCH, 1);
@@ -407,7 +407,7 @@ static void test_replaced_segment_fails_the_peer(void **state)
 	assert_int_equal(pd_shmx_check(f->s), 0); /* once */
 	assert_int_equal(pd_shmx_post(f->s, PEER, &x, 1), -ENOTCONN);
 	assert_int_equal(wait_cpl(f->s, &c, 1), 1);
-	assert_int_equal(c.kind, PD_SHMX_CPL_PEER);
+	assert_int_equal(c.kind, PD_CPL_PEER);
 	assert_int_equal(c.status, -ECONNRESET);
 	assert_int_equal(c.peer, PEER);
 	assert_int_equal(pd_shmx_disconnect(f->s, PEER), 0);
@@ -451,7 +451,7 @@ static void test_dead_broker_fails_the_peer(void **state)
 	struct fx *f = *state;
 	struct child_seg c = { .name = f->name };
 	struct pd_shmx_target t = target(f, 4, 64 * KIB, EPOCH);
-	struct pd_shmx_cpl cpl;
+	struct pd_cpl cpl;
 	pid_t pid;
 	char b;
 
@@ -467,7 +467,7 @@ static void test_dead_broker_fails_the_peer(void **state)
 	assert_int_equal(pd_test_wait(pid, 5000), 0);
 	assert_int_equal(pd_shmx_check(f->s), 1);
 	assert_int_equal(wait_cpl(f->s, &cpl, 1), 1);
-	assert_int_equal(cpl.kind, PD_SHMX_CPL_PEER);
+	assert_int_equal(cpl.kind, PD_CPL_PEER);
 	assert_int_equal(cpl.status, -ECONNRESET);
 	assert_int_equal(pd_shmx_disconnect(f->s, PEER), 0);
 	assert_int_equal(pd_segment_unlink(f->name), 0);

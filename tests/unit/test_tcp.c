@@ -128,7 +128,7 @@ static void test_api_negative(void **state)
 	uint8_t buf[64];
 	struct pd_tcp_xfer x = fx_xfer(1, buf, sizeof(buf), 0, 1, 1);
 	struct pd_tcp_xfer big = fx_xfer(2, buf, 0, 0, 1, 1);
-	struct pd_tcp_cpl cpl;
+	struct pd_cpl cpl;
 
 	c.depth = 4;
 	c.max_frame = 4 * KIB;
@@ -180,7 +180,7 @@ static void test_limits(void **state)
 	struct pd_tcp_opts o = fx_opts(&c);
 	static uint8_t src[3][KIB];
 	struct pd_tcp_xfer x[3];
-	struct pd_tcp_cpl cpl[3];
+	struct pd_cpl cpl[3];
 	struct pd_tcp *t = NULL;
 
 	fx_open(f, &c);
@@ -226,7 +226,7 @@ static void test_hello_wrong_token(void **state)
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t src[4 * KIB];
 	struct pd_tcp_xfer x[3];
-	struct pd_tcp_cpl cpl[8];
+	struct pd_cpl cpl[8];
 
 	fx_open(f, &c);
 	fx_pattern(src, sizeof(src), 1);
@@ -243,7 +243,7 @@ static void test_hello_wrong_token(void **state)
 	fx_assert_once(cpl, 3, 3);
 	for (uint32_t i = 0; i < 3; i++)
 		assert_int_equal(cpl[i].status, -EACCES);
-	assert_int_equal(cpl[3].kind, PD_TCP_CPL_PEER);
+	assert_int_equal(cpl[3].kind, PD_CPL_PEER);
 	assert_int_equal(cpl[3].peer, FX_PEER);
 	assert_int_equal(cpl[3].status, -EACCES);
 	assert_int_equal(fx_wait(f->tx, cpl, 1, 100), 0);          /* exactly once */
@@ -381,7 +381,7 @@ static void test_raw_bad_frames(void **state)
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t src[4 * KIB];
 	struct pd_tcp_xfer x;
-	struct pd_tcp_cpl cpl;
+	struct pd_cpl cpl;
 
 	c.io_ms = 300;
 	c.slot_size = 4 * KIB;
@@ -510,7 +510,7 @@ static void test_connect_fail(void **state)
 	socklen_t len = sizeof(a);
 	uint8_t src[64];
 	struct pd_tcp_xfer x = fx_xfer(5, src, sizeof(src), 0, 1, 1);
-	struct pd_tcp_cpl cpl[4];
+	struct pd_cpl cpl[4];
 	uint16_t port;
 	uint64_t t0;
 	uint32_t n;
@@ -526,10 +526,10 @@ static void test_connect_fail(void **state)
 	n = rc == 1 ? 2 : 1;
 	assert_int_equal(fx_wait(f->tx, cpl, n, FX_WAIT_MS), n);
 	if (n == 2) {
-		assert_int_equal(cpl[0].kind, PD_TCP_CPL_WRITE);
+		assert_int_equal(cpl[0].kind, PD_CPL_WRITE);
 		assert_int_equal(cpl[0].status, -ECONNREFUSED);
 	}
-	assert_int_equal(cpl[n - 1].kind, PD_TCP_CPL_PEER);
+	assert_int_equal(cpl[n - 1].kind, PD_CPL_PEER);
 	assert_int_equal(cpl[n - 1].status, -ECONNREFUSED);
 	assert_int_equal(pd_tcp_post(f->tx, 1, &x, 1), -ENOTCONN);
 
@@ -541,7 +541,7 @@ static void test_connect_fail(void **state)
 	t0 = pd_now_ns();
 	assert_int_equal(pd_tcp_connect(f->tx, 2, FX_HOST, ntohs(a.sin_port), FX_TOKEN), 0);
 	assert_int_equal(fx_wait(f->tx, cpl, 1, FX_WAIT_MS), 1);
-	assert_int_equal(cpl[0].kind, PD_TCP_CPL_PEER);
+	assert_int_equal(cpl[0].kind, PD_CPL_PEER);
 	assert_int_equal(cpl[0].peer, 2);
 	assert_int_equal(cpl[0].status, -ETIMEDOUT);
 	assert_true(pd_now_ns() - t0 >= 250 * PD_NS_PER_MS);
@@ -561,11 +561,11 @@ static void grant_n(struct fx *f, uint32_t n, const uint8_t *src, uint32_t len,
 	}
 }
 
-static void check_landed(struct fx *f, const struct pd_tcp_cpl *c, uint32_t nc,
+static void check_landed(struct fx *f, const struct pd_cpl *c, uint32_t nc,
 			 const uint8_t *src, uint32_t len)
 {
 	for (uint32_t i = 0; i < nc; i++)
-		if (c[i].kind == PD_TCP_CPL_WRITE && c[i].status == 0)
+		if (c[i].kind == PD_CPL_WRITE && c[i].status == 0)
 			assert_memory_equal(f->arena + c[i].cookie * f->cfg.slot_size,
 					    src + c[i].cookie * len, len);
 }
@@ -580,7 +580,7 @@ static void test_disconnect_mid_transfer(void **state)
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t *src = malloc((size_t)N * LEN);
 	struct pd_tcp_xfer x[N];
-	struct pd_tcp_cpl cpl[N + 1];
+	struct pd_cpl cpl[N + 1];
 	uint32_t ok = 0;
 
 	assert_non_null(src);
@@ -624,7 +624,7 @@ static void test_peer_failure(void **state)
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t *src = malloc((size_t)N * LEN);
 	struct pd_tcp_xfer x[N];
-	struct pd_tcp_cpl cpl[N + 2];
+	struct pd_cpl cpl[N + 2];
 	uint32_t ok = 0;
 	int err;
 
@@ -640,7 +640,7 @@ static void test_peer_failure(void **state)
 	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, x, N), N);
 	assert_int_equal(fx_wait(f->tx, cpl, N + 1, FX_WAIT_MS), N + 1);
 	fx_assert_once(cpl, N, N);
-	assert_int_equal(cpl[N].kind, PD_TCP_CPL_PEER);
+	assert_int_equal(cpl[N].kind, PD_CPL_PEER);
 	err = cpl[N].status;
 	assert_true(err == -ECONNRESET || err == -EPIPE);
 	for (uint32_t i = 0; i < N; i++) {
@@ -667,7 +667,7 @@ static void test_io_timeout(void **state)
 	struct fx_cfg c = fx_cfg_default();
 	static uint8_t src[4][16 * KIB];
 	struct pd_tcp_xfer x[4];
-	struct pd_tcp_cpl cpl[5];
+	struct pd_cpl cpl[5];
 
 	c.io_ms = 300;
 	fx_open(f, &c);
@@ -682,7 +682,7 @@ static void test_io_timeout(void **state)
 	fx_assert_once(cpl, 4, 4);
 	for (uint32_t i = 0; i < 5; i++)
 		assert_int_equal(cpl[i].status, -ETIMEDOUT);
-	assert_int_equal(cpl[4].kind, PD_TCP_CPL_PEER);
+	assert_int_equal(cpl[4].kind, PD_CPL_PEER);
 	fx_gate_set(f, UINT32_MAX, 1);
 	assert_int_equal(pd_tcp_disconnect(f->tx, FX_PEER), 0);
 }
@@ -695,7 +695,7 @@ static void test_stop_tx_in_flight(void **state)
 	struct fx_cfg c = fx_cfg_default();
 	static uint8_t src[8][4 * KIB];
 	struct pd_tcp_xfer x[8];
-	struct pd_tcp_cpl cpl[9];
+	struct pd_cpl cpl[9];
 
 	fx_open(f, &c);
 	for (uint32_t i = 0; i < 8; i++) {
