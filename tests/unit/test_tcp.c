@@ -481,6 +481,7 @@ static void test_max_conns(void **state)
 		assert_true(tries < 200);
 		fx_sleep_ms(10);
 	}
+	FX_WAIT_STAT(rx, conns_accepted, 2); /* counted by the listener, maybe after the HELLO */
 	assert_int_equal(fx_stats(rx).conns_accepted, 2);
 	assert_true(fx_stats(rx).conns_refused >= 1);
 	pd_tcp_destroy(rx);
