@@ -286,6 +286,15 @@ RDMA_TIMEOUT  ?= 600
 $(B)/tests/rdma/%: $(B)/tests/rdma/%.o $(LIBBROKER) $(LIBCORE)
 	$(CC) -o $@ $< $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
-test-rdma: $(RDMA_TEST_BIN)
-	@tests/rdma/run.sh --timeout $(RDMA_TIMEOUT) $(addprefix --bin ,$(RDMA_TEST_BIN)) -- \
-		'rdma_xport_test $$RXE_IP0 $$RXE_IP1'
+test-rdma: $(RDMA_TEST_BIN) $(PDBROKER)
+	@tests/rdma/run.sh --timeout $(RDMA_TIMEOUT) $(addprefix --bin ,$(RDMA_TEST_BIN) $(PDBROKER)) -- \
+		'rdma_xport_test $$RXE_IP0 $$RXE_IP1' \
+		'PD_TEST_BIN_DIR=/usr/local/bin rdma_broker_test $$RXE_IP0 $$RXE_IP1'
+
+# The two-broker run (pdbroker processes, agents in the test): libpdagent
+# and the test support too; in the guest, pd_proc.c finds pdbroker through
+# PD_TEST_BIN_DIR (run.sh copies every --bin to /usr/local/bin).
+$(B)/tests/rdma/rdma_broker_test: $(B)/tests/rdma/rdma_broker_test.o $(SUPPORT_OBJ) \
+		$(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) | $(PDBROKER)
+	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) \
+		$(PC_LIBS_BROKER) $(LDLIBS_ALL)

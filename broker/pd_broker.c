@@ -234,9 +234,14 @@ static int make_ctrl(struct pd_broker *b, const char *addr, char *err, size_t er
 				  .name = b->cfg.name, .host_id = b->host_id, .epoch = b->epoch,
 				  .slot_size = b->cfg.slot_size, .recv_slots = b->cfg.recv_slots,
 				  .heartbeat_ns = b->cfg.heartbeat_ns };
+	struct pd_rdma_local l;
 	int rc;
 
 	o.nxports = broker_hello_xports(b, addr, o.xport, o.addr);
+	if (b->rdma_addr[0] && pd_rdma_local_info(b->rdma, &l) == 0) {
+		o.rdma_rkey = l.rkey; /* with "rdma" offered: the recv arena's key and base */
+		o.rdma_base = l.base;
+	}
 	rc = pd_ctrl_create(&o, &b->ctrl);
 
 	if (rc < 0)
@@ -264,21 +269,12 @@ static int resolve_group(struct pd_broker *b, char *err, size_t errlen)
 	return 0;
 }
 
-/* This build has tcp and shm (chosen per peer: pd_shmx_broker.c), not rdma. */
-static int pick_transport(struct pd_broker *b, char *err, size_t errlen)
+/* Transports are chosen per peer (pd_shmx_broker.c); rdma is set up once
+ * the segment is (pd_rdma_broker.c): here, what they all count into. */
+static int pick_transport(struct pd_broker *b)
 {
 	b->acct = calloc(MAX_TOKENS, sizeof(*b->acct));
-	if (!b->acct)
-		return -ENOMEM;
-	if (b->cfg.require.mask & (1u << PD_XPORT_RDMA)) {
-		pd_err_set(err, errlen, "--require: this build has no rdma transport "
-			   "(tcp and shm only)");
-		return -ENOTSUP;
-	}
-	if (b->cfg.transport.mask & (1u << PD_XPORT_RDMA))
-		PD_LOG(WARN, ctl, "--transport: rdma is not available in this build; "
-		       "peers get the next transport");
-	return 0;
+	return b->acct ? 0 : -ENOMEM;
 }
 
 static int make_admin(struct pd_broker *b, char *err, size_t errlen)
@@ -314,7 +310,7 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	(void)pthread_mutex_init(&b->tok_lock, NULL);
 	rc = broker_scratch_alloc(b);
 	if (rc == 0)
-		rc = pick_transport(b, err, errlen);
+		rc = pick_transport(b);
 	if (rc == 0)
 		rc = resolve_group(b, err, errlen);
 	if (rc == 0)
@@ -329,6 +325,8 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 		rc = make_tcp(b, addr, sizeof(addr), err, errlen);
 	if (rc == 0)
 		rc = broker_xport_init(b, err, errlen);
+	if (rc == 0)
+		rc = broker_rdma_init(b, err, errlen);
 	if (rc == 0)
 		rc = make_ctrl(b, addr, err, errlen);
 	if (rc == 0)
@@ -366,6 +364,7 @@ void pd_broker_destroy(struct pd_broker *b)
 		pd_loop_del(b->loop, pd_tcp_event_fd(b->tcp));
 		pd_tcp_destroy(b->tcp); /* joins the data threads: no write lands after */
 	}
+	broker_rdma_fini(b); /* QPs and MRs gone before the arenas are unmapped */
 	broker_xport_fini(b); /* shm copies end (joined) before the staging goes */
 	pd_tx_destroy(b->tx);
 	pd_rx_destroy(b->rx);

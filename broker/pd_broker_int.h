@@ -11,6 +11,7 @@
 #include "pd_ctrl.h"
 #include "pd_layout.h"
 #include "pd_loop.h"
+#include "pd_rdma.h"
 #include "pd_rx.h"
 #include "pd_shmx.h"
 #include "pd_tcp.h"
@@ -18,7 +19,7 @@
 #include "pd_tx.h"
 
 #define BROKER_OWNER 0u       /* pool owner id of slots the broker holds */
-#define MAX_TOKENS   1024u
+#define MAX_TOKENS   1024u    /* peer ids with a data token (and per-peer tables) */
 #define MAX_REFUSED  256u     /* batches refused by --require, failed in before_sleep */
 
 /* Grant word of a recv slot: 0 free, else (peer + 1), with GRANT_LANDED
@@ -54,6 +55,12 @@ struct peer_xport {
 	uint32_t shm_in;              /* may write our arena directly (same host, shm offered) */
 	uint32_t chosen;              /* send (or none) was chosen for this session */
 	char why[96];                 /* why send (or the refusal); kept to log changes only */
+	/* rdma, sending (pd_rdma_broker.c): the connection of this session. */
+	uint32_t rdma_conn;           /* its pd_rdma peer id (RDMA_CONN), 0: none */
+	uint32_t rdma_wrote;          /* a write of it completed */
+	uint64_t rdma_epoch;          /* the peer's epoch it was made for */
+	uint64_t rdma_bad_epoch;      /* an epoch of the peer whose connection failed unused */
+	int32_t rdma_bad_err;         /* with this (kept across sessions; 0: none) */
 };
 
 /* Lengths of a batch held for admission, until the receiver answers it. */
@@ -85,12 +92,19 @@ struct pd_broker {
 	struct pd_ctrl *ctrl;
 	struct pd_tcp *tcp;
 	struct pd_shmx *shmx;         /* shm writes to same-host peers; NULL: not configured */
+	struct pd_rdma *rdma;         /* RDMA writes and listener; NULL: not configured or failed */
+	char rdma_addr[80];           /* our RDMA listener "ip:port" (Hello), "" when none */
+	char rdma_why[80];            /* why RDMA could not be set up, "" otherwise */
+	uint32_t rdma_gen;            /* generation of the last RDMA connection made */
 	LIST_HEAD(, waiter) waiters;
 	struct wb_tree wbatches;
 	/* Data threads read these (claim, accept_peer): atomics and a lock. */
 	_Atomic uint32_t *grant;      /* per recv slot: peer + 1 while granted, unwritten */
 	pthread_mutex_t tok_lock;
 	uint64_t token[MAX_TOKENS];   /* per peer id: the token its lanes present */
+	/* Per peer id: RDMA QPs of it were accepted (token checked) in this
+	 * session, so its PutDones may commit slots no TCP write landed in. */
+	_Atomic uint32_t rdma_in[MAX_TOKENS];
 	gid_t gid;                    /* --group, (gid_t)-1: none */
 	int stopping;                 /* SIGTERM/SIGINT seen: draining */
 	uint64_t stop_deadline;
@@ -137,6 +151,12 @@ extern const struct pd_rx_ops pd_broker_rx_ops;
 extern const struct pd_ctrl_ops pd_broker_ctrl_ops;
 extern const struct pd_tcp_ops pd_broker_tcp_ops;
 int broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer);
+/* The token our data connections present (both sides derive it from our Hello). */
+uint64_t broker_data_token(const struct pd_broker *b);
+/* A data connection presenting token: 0 and its peer, or -EACCES (no live
+ * peer has it). rdma: the connection is an RDMA QP (marks rdma_in). Data
+ * threads. */
+int broker_accept_token(struct pd_broker *b, uint64_t token, uint32_t *peer, int rdma);
 void broker_tcp_drain(void *ctx, uint32_t events);
 void broker_wbatches_free(struct pd_broker *b);
 void broker_fail_unreachable(struct pd_broker *b);
@@ -156,6 +176,10 @@ void broker_xport_fini(struct pd_broker *b);
 /* The transports of our Hello, by preference; returns how many. */
 uint32_t broker_hello_xports(const struct pd_broker *b, const char *tcp_addr, const char **xport,
 			     const char **addr);
+/* "host:port" (or "[v6]:port") of transport x in a peer's Hello: 0; -ENOENT
+ * not offered; -EINVAL unparsable (port 0 included). */
+int broker_offered_hostport(const struct pd_msg_hello *h, const char *x, char *host, size_t hlen,
+			    uint16_t *port);
 void broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h);
 void broker_xport_down(struct pd_broker *b, uint32_t peer);
 /* The transport name and why, for pdctl. */
@@ -172,6 +196,16 @@ int broker_xport_of(const struct pd_broker *b, uint32_t peer);
 int broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted);
 void broker_shmx_drain(void *ctx, uint32_t events);
 void broker_fail_refused(struct pd_broker *b);
+/* pd_rdma_broker.c: the rdma transport (see there) */
+int broker_rdma_init(struct pd_broker *b, char *err, size_t errlen);
+void broker_rdma_fini(struct pd_broker *b);
+/* Connect to the peer per its Hello: 0, or -errno with the reason in r. */
+int broker_rdma_try(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h, char *r,
+		    size_t rlen);
+void broker_rdma_down(struct pd_broker *b, uint32_t peer);
+int broker_rdma_ready(const struct pd_broker *b, uint32_t peer);
+int broker_rdma_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted);
+
 /* pd_shmx_recv.c: lengths of granted chunks, and a PutDone vetted against the grants. */
 void broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
 			 uint32_t n);

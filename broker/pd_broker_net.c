@@ -320,30 +320,9 @@ static uint64_t token_of(const uint8_t *name, uint32_t len, uint64_t epoch)
 	return pd_req_tag(name, len) ^ (epoch * 0x9e3779b97f4a7c15ull) ^ 1;
 }
 
-/* "host:port" of the peer's "tcp" transport, from its Hello. */
-static int tcp_addr(const struct pd_msg_hello *h, char *host, size_t hlen, uint16_t *port)
+uint64_t broker_data_token(const struct pd_broker *b)
 {
-	for (uint32_t i = 0; i < h->nxports; i++) {
-		char buf[PD_WIRE_ADDR_MAX + 1];
-		char *colon;
-		unsigned long p;
-
-		if (h->xport[i].len != 3 || memcmp(h->xport[i].p, "tcp", 3))
-			continue;
-		memcpy(buf, h->addr[i].p, h->addr[i].len);
-		buf[h->addr[i].len] = '\0';
-		colon = strrchr(buf, ':');
-		if (!colon || (size_t)(colon - buf) >= hlen)
-			return -EINVAL;
-		*colon = '\0';
-		p = strtoul(colon + 1, NULL, 10);
-		if (p == 0 || p > 65535)
-			return -EINVAL;
-		(void)snprintf(host, hlen, "%s", buf);
-		*port = (uint16_t)p;
-		return 0;
-	}
-	return -ENOENT;
+	return token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name), b->epoch);
 }
 
 int broker_tcp_open(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h)
@@ -352,11 +331,9 @@ int broker_tcp_open(struct pd_broker *b, uint32_t peer, const struct pd_msg_hell
 	uint16_t port;
 	int rc;
 
-	if (tcp_addr(h, host, sizeof(host), &port))
+	if (broker_offered_hostport(h, "tcp", host, sizeof(host), &port))
 		return -ENOENT;
-	rc = pd_tcp_connect(b->tcp, peer, host, port,
-			    token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name),
-				     b->epoch));
+	rc = pd_tcp_connect(b->tcp, peer, host, port, broker_data_token(b));
 	if (rc < 0)
 		PD_LOG(WARN, tcp, "peer %u: cannot open data lanes to %s:%u", peer, host, port);
 	else if (peer < MAX_TOKENS)
@@ -371,6 +348,7 @@ static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
 	if (peer < MAX_TOKENS) {
 		(void)pthread_mutex_lock(&b->tok_lock);
 		b->token[peer] = token_of(h->name.p, h->name.len, h->epoch);
+		atomic_store(&b->rdma_in[peer], 0); /* a new session: its QPs are yet to come */
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
 	PD_LOG(INFO, ctl, "peer %u (%.*s) up", peer, (int)h->name.len, (const char *)h->name.p);
@@ -386,6 +364,7 @@ static void on_peer_down(void *ctx, uint32_t peer, int err)
 	if (peer < MAX_TOKENS) {
 		(void)pthread_mutex_lock(&b->tok_lock);
 		b->token[peer] = 0;
+		atomic_store(&b->rdma_in[peer], 0);
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
 	if (b->tcp)
@@ -405,21 +384,27 @@ const struct pd_ctrl_ops pd_broker_ctrl_ops = {
 
 /* ---- data plane callbacks (data threads) ------------------------------------------------- */
 
-static int tcp_accept_peer(void *ctx, uint64_t token, uint32_t *peer)
+int broker_accept_token(struct pd_broker *b, uint64_t token, uint32_t *peer, int rdma)
 {
-	struct pd_broker *b = ctx;
 	int rc = -EACCES;
 
 	(void)pthread_mutex_lock(&b->tok_lock);
 	for (uint32_t i = 0; token && i < MAX_TOKENS; i++) {
 		if (b->token[i] == token) {
 			*peer = i;
+			if (rdma) /* under the lock: a new session's reset cannot pass it */
+				atomic_store(&b->rdma_in[i], 1);
 			rc = 0;
 			break;
 		}
 	}
 	(void)pthread_mutex_unlock(&b->tok_lock);
 	return rc;
+}
+
+static int tcp_accept_peer(void *ctx, uint64_t token, uint32_t *peer)
+{
+	return broker_accept_token(ctx, token, peer, 0);
 }
 
 /* Only into a slot granted to this very peer and not yet written. */

@@ -76,6 +76,12 @@ static const struct field shmx_fields[] = {
 #undef SHMX_FIELD
 };
 
+static const struct field rdma_fields[] = {
+#define RDMA_FIELD(n) F(pd_rdma_stats, n, C),
+	PD_RDMA_STAT_FIELDS(RDMA_FIELD)
+#undef RDMA_FIELD
+};
+
 static const struct field pool_fields[] = {
 	F(pd_pool_counters, in_use, G), F(pd_pool_counters, high_water, G),
 	F(pd_pool_counters, allocs, C), F(pd_pool_counters, frees, C),
@@ -146,6 +152,7 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 	struct pd_ctrl_stats cs;
 	struct pd_tcp_stats ps;
 	struct pd_shmx_stats xs;
+	struct pd_rdma_stats ds;
 
 	put_header(p, b);
 	pd_stats_set(p->s, p->n++, "recv_waiters", G, count_waiters(b));
@@ -170,6 +177,10 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 		pd_shmx_get_stats(b->shmx, &xs);
 		put_table(p, "shm.", shmx_fields, PD_ARRAY_SIZE(shmx_fields), &xs, 0);
 	}
+	if (b->rdma) {
+		pd_rdma_get_stats(b->rdma, &ds);
+		put_table(p, "rdma.", rdma_fields, PD_ARRAY_SIZE(rdma_fields), &ds, 0);
+	}
 	if (b->shm.has_send)
 		put_table(p, "pool.send.", pool_fields, PD_ARRAY_SIZE(pool_fields),
 			  &b->shm.send.shm->stats, 1);
@@ -192,18 +203,22 @@ static void put_hist(struct pd_stats *s, uint32_t id, const char *name,
 		s->nhist = id + 1;
 }
 
-/* --transport as this build serves it: the configured order, rdma left
- * out, tcp last when not listed (the fallback). */
+/* --transport as this broker serves it: the configured order, rdma left
+ * out when it could not be set up (peers show why), tcp last when not
+ * listed (the fallback). */
 static void xports_list(const struct pd_broker *b, char *out, size_t len)
 {
+	static const char *const names[PD_XPORT_MAX] = {
+		[PD_XPORT_RDMA] = "rdma", [PD_XPORT_TCP] = "tcp", [PD_XPORT_SHM] = "shm",
+	};
 	const struct pd_cfg_xports *t = &b->cfg.transport;
 	size_t n = 0;
 
 	out[0] = '\0';
 	for (uint32_t i = 0; i < t->n && n < len; i++)
-		if (t->order[i] != PD_XPORT_RDMA)
+		if (t->order[i] != PD_XPORT_RDMA || b->rdma)
 			n += (size_t)snprintf(out + n, len - n, "%s%s", n ? "," : "",
-					      t->order[i] == PD_XPORT_SHM ? "shm" : "tcp");
+					      names[t->order[i]]);
 	if (!(t->mask & (1u << PD_XPORT_TCP)) && n < len)
 		(void)snprintf(out + n, len - n, "%stcp", n ? "," : "");
 }

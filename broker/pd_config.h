@@ -17,9 +17,9 @@
  * Units: sizes in bytes (uint64_t), counts uint32_t, durations in
  * nanoseconds (uint64_t, *_ns; the text form is whole seconds or "<n>ms"),
  * booleans uint32_t 0/1. Empty strings mean "not set" (proxy, group,
- * log_file). Every error message names the flag ("--slot-size: 5000 is not
- * a multiple of 4096"; file errors add "FILE:LINE: " in front) and goes to
- * the optional caller buffer err (may be NULL).
+ * log_file, rdma_dev). Every error message names the flag ("--slot-size:
+ * 5000 is not a multiple of 4096"; file errors add "FILE:LINE: " in front)
+ * and goes to the optional caller buffer err (may be NULL).
  *
  * Not thread-safe: the broker's main thread configures before starting
  * other threads. No function keeps a pointer to its arguments.
@@ -57,6 +57,7 @@ struct pd_config {
 	char proxy[PD_CFG_ENDPOINT_MAX];  /* --proxy: PUSH target, "" = none */
 	char group[PD_CFG_NAME_MAX];      /* --group: "" = the broker's own */
 	char log_file[PD_CFG_PATH_MAX];   /* --log-file: "" = stderr */
+	char rdma_dev[PD_CFG_NAME_MAX];   /* --rdma-dev: "" = the device of the --data host */
 	uint64_t slot_size;               /* bytes, multiple of 4 KiB */
 	uint64_t admission_timeout_ns;
 	uint64_t recv_ttl_ns;
@@ -66,6 +67,7 @@ struct pd_config {
 	uint32_t data_threads;
 	uint32_t log_level;               /* PD_LOG_* (pd_log.h) */
 	uint32_t notify_failures;         /* 0/1 */
+	uint32_t rdma_qps;                /* --rdma-qps: QPs per RDMA peer, 1..16 */
 	struct pd_cfg_xports transport;   /* --transport: 1..3, by preference */
 	struct pd_cfg_xports require;     /* --require: 0..3, subset of transport */
 	uint32_t show_help;               /* --help given (command line only) */

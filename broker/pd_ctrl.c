@@ -130,10 +130,10 @@ static void build_hello(struct pd_ctrl *c, const struct pd_ctrl_opts *o)
 	if (o->rdma_gid) {
 		memcpy(c->gid, o->rdma_gid, sizeof(c->gid));
 		h->rdma_gid = (struct pd_bytes){ c->gid, sizeof(c->gid) };
-		h->rdma_qpn = o->rdma_qpn;
-		h->rdma_rkey = o->rdma_rkey;
-		h->rdma_base = o->rdma_base;
 	}
+	h->rdma_qpn = o->rdma_qpn; /* 0 (the default) leaves a field off the wire */
+	h->rdma_rkey = o->rdma_rkey;
+	h->rdma_base = o->rdma_base;
 }
 
 static struct pd_ctrl *alloc_ctrl(const struct pd_ctrl_opts *o)

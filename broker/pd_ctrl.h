@@ -93,9 +93,9 @@ struct pd_ctrl_opts {
 	uint32_t nxports;              /* 0..PD_CTRL_MAX_XPORTS */
 	const char *xport[PD_CTRL_MAX_XPORTS]; /* "rdma", "tcp", "shm", by preference */
 	const char *addr[PD_CTRL_MAX_XPORTS];  /* address of each (may be "") */
-	const uint8_t *rdma_gid;       /* NULL, or 16 bytes: RDMA fields sent */
-	uint32_t rdma_qpn, rdma_rkey;
-	uint64_t rdma_base;
+	const uint8_t *rdma_gid;       /* NULL (none sent: rdma_cm needs none), or 16 bytes */
+	uint32_t rdma_qpn, rdma_rkey;  /* sent when not 0 (pdkv's rdma: rkey only) */
+	uint64_t rdma_base;            /* sent when not 0: the recv arena's address */
 	uint64_t heartbeat_ns;         /* > 0; silent for 3 of them = dead */
 	uint32_t max_peers;            /* 0: 1024 */
 	uint32_t queue_max;            /* messages held per peer before its HelloAck; 0: 1024 */

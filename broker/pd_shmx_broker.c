@@ -5,13 +5,14 @@
  * Sender (a broker with send slots), at each peer's Hello: the first
  * transport of its own --transport order that the peer offers and that
  * works (shm: the same host id, and its segment maps and checks out;
+ * rdma: ours was set up, and the connect starts (pd_rdma_broker.c);
  * tcp: lanes open), else tcp as the fallback, else (--require) none: the
  * peer's batches fail with -EPROTONOSUPPORT. The choice and its reason
  * are kept per peer for pdctl, and logged when they change.
  *
  * Receiver (a broker with recv slots): offers "shm" (its segment's name)
- * when --transport has it. It never sees shm bytes arrive, so the PutDone
- * is the signal: see pd_shmx_recv.c.
+ * and "rdma" (its listener) when --transport has them. It never sees shm
+ * or RDMA bytes arrive, so the PutDone is the signal: see pd_shmx_recv.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -99,8 +100,8 @@ void broker_xport_fini(struct pd_broker *b)
 	free(b->px);
 }
 
-/* Ours by preference (shm only with a recv pool to write into), then tcp,
- * which is always there as the fallback. */
+/* Ours by preference (shm and rdma only with a recv pool to write into;
+ * rdma only once set up), then tcp, which is always there as the fallback. */
 uint32_t broker_hello_xports(const struct pd_broker *b, const char *tcp_addr, const char **xport,
 			     const char **addr)
 {
@@ -111,6 +112,9 @@ uint32_t broker_hello_xports(const struct pd_broker *b, const char *tcp_addr, co
 		if (t->order[i] == PD_XPORT_SHM && b->shm.has_recv) {
 			xport[n] = "shm";
 			addr[n++] = b->seg_path;
+		} else if (t->order[i] == PD_XPORT_RDMA && b->rdma_addr[0]) {
+			xport[n] = "rdma";
+			addr[n++] = b->rdma_addr;
 		} else if (t->order[i] == PD_XPORT_TCP) {
 			xport[n] = "tcp";
 			addr[n++] = tcp_addr;
@@ -144,6 +148,32 @@ static const struct pd_bytes *offered(const struct pd_msg_hello *h, const char *
 		if (bytes_is(&h->xport[i], x))
 			return &h->addr[i];
 	return NULL;
+}
+
+int broker_offered_hostport(const struct pd_msg_hello *h, const char *x, char *host, size_t hlen,
+			    uint16_t *port)
+{
+	const struct pd_bytes *a = offered(h, x);
+	char buf[PD_WIRE_ADDR_MAX + 1], *colon, *end = NULL, *start = buf;
+	unsigned long p;
+
+	if (!a)
+		return -ENOENT;
+	(void)snprintf(buf, sizeof(buf), "%.*s", (int)a->len, (const char *)a->p);
+	colon = strrchr(buf, ':');
+	if (!colon)
+		return -EINVAL;
+	*colon = '\0';
+	p = strtoul(colon + 1, &end, 10);
+	if (*buf == '[' && colon > buf + 1 && colon[-1] == ']') { /* "[v6]:port" */
+		start = buf + 1;
+		colon[-1] = '\0';
+	}
+	if (p == 0 || p > 65535 || *end || strlen(start) >= hlen)
+		return -EINVAL;
+	(void)strlcpy(host, start, hlen);
+	*port = (uint16_t)p;
+	return 0;
 }
 
 /* Its segment, if it offers shm and is on this boot; it must be the one its
@@ -180,6 +210,8 @@ static int try_xport(struct pd_broker *b, uint32_t peer, const struct pd_msg_hel
 
 	if (x == PD_XPORT_SHM && b->shmx)
 		return try_shm(b, peer, h, r, rlen);
+	if (x == PD_XPORT_RDMA)
+		return broker_rdma_try(b, peer, h, r, rlen);
 	if (x == PD_XPORT_TCP && b->tcp) {
 		rc = broker_tcp_open(b, peer, h);
 		if (rc < 0)
@@ -271,6 +303,7 @@ void broker_xport_down(struct pd_broker *b, uint32_t peer)
 
 	if (b->shmx)
 		(void)pd_shmx_disconnect(b->shmx, peer); /* its copies complete: -ECONNABORTED */
+	broker_rdma_down(b, peer); /* likewise its writes (drained when it has not failed) */
 	for (h = LIST_FIRST(&b->held); h; h = next) {
 		next = LIST_NEXT(h, link);
 		if (h->peer == peer) {
@@ -311,6 +344,8 @@ int broker_xport_of(const struct pd_broker *b, uint32_t peer)
 		return x->refused;
 	if (x && x->send == PD_XPORT_SHM + 1)
 		return b->shmx ? (int)PD_XPORT_SHM : -ENOTCONN;
+	if (x && x->send == PD_XPORT_RDMA + 1)
+		return broker_rdma_ready(b, peer) ? (int)PD_XPORT_RDMA : -ENOTCONN;
 	return b->tcp ? (int)PD_XPORT_TCP : -ENOTCONN;
 }
 
@@ -381,8 +416,14 @@ static int tcp_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint3
 
 int broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted)
 {
-	return broker_xport_of(b, v->peer) == PD_XPORT_SHM ? shm_post(b, v, posted) :
-							      tcp_post(b, v, posted);
+	switch (broker_xport_of(b, v->peer)) {
+	case PD_XPORT_SHM:
+		return shm_post(b, v, posted);
+	case PD_XPORT_RDMA:
+		return broker_rdma_post(b, v, posted);
+	default:
+		return tcp_post(b, v, posted);
+	}
 }
 
 void broker_shmx_drain(void *ctx, uint32_t events)

@@ -3,8 +3,8 @@
  * pdbroker, receiving side of the data transports: the length of every
  * chunk granted (from the AllocRequest, or kept while its batch is held
  * for admission), and the PutDone vetted against the per-slot grant words
- * (see pd_broker_int.h, GRANT_*): with shm the receiver never sees the
- * bytes arrive, so the PutDone is the signal, and the trust.
+ * (see pd_broker_int.h, GRANT_*): with shm and rdma the receiver never
+ * sees the bytes arrive, so the PutDone is the signal, and the trust.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -59,14 +59,17 @@ void broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_al
  * A PutDone: its slots' data is in place. Only slots granted to this very
  * peer are released from their grant (a PutDone naming another peer's
  * slot leaves it alone, and the receiver engine refuses the request). A
- * slot no TCP write landed in was written through shm, which only a
- * same-host peer to which we offer shm can do: from any other peer that
- * PutDone claims bytes that never arrived, and is refused the same way.
- * shm bytes are counted here (TCP ones were counted as they landed).
+ * slot no TCP write landed in was written through shm or RDMA, which only
+ * a same-host peer to which we offer shm, or a peer whose RDMA QPs we
+ * accepted in this session (its token checked at connect), can do: from
+ * any other peer that PutDone claims bytes that never arrived, and is
+ * refused the same way. shm and RDMA bytes are counted here (TCP ones
+ * were counted as they landed).
  */
 void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
 {
-	int shm_ok = peer < MAX_TOKENS && b->px[peer].shm_in;
+	int rdma_ok = peer < MAX_TOKENS && atomic_load(&b->rdma_in[peer]);
+	int direct = rdma_ok || (peer < MAX_TOKENS && b->px[peer].shm_in); /* shm or rdma */
 	uint64_t bytes = 0, chunks = 0;
 	int32_t *idx = b->sc_idx;
 
@@ -79,7 +82,7 @@ void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put
 		g = atomic_load(&b->grant[s]);
 		if ((g & GRANT_PEER) != peer + 1)
 			continue;
-		if (!(g & GRANT_LANDED) && !shm_ok) {
+		if (!(g & GRANT_LANDED) && !direct) {
 			idx[i] = -1; /* refused: nothing landed */
 			continue;
 		}
@@ -94,7 +97,7 @@ void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put
 				     d->n < PD_WIRE_MAX_KEYS ? d->n : PD_WIRE_MAX_KEYS,
 				     pd_now_ns()) < 0 || peer >= MAX_TOKENS)
 		return;
-	b->px[peer].recv = (chunks ? PD_XPORT_SHM : PD_XPORT_TCP) + 1;
+	b->px[peer].recv = (!chunks ? PD_XPORT_TCP : rdma_ok ? PD_XPORT_RDMA : PD_XPORT_SHM) + 1;
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], bytes);
 	pd_stat_add(&b->acct[peer].bytes_rx, bytes);
 	pd_stat_add(&b->acct[peer].chunks_rx, chunks);

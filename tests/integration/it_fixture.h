@@ -23,8 +23,10 @@
 #include <pdkv/agent.h>
 
 #include "pd_compiler.h"
+#include "pd_json.h"
 #include "pd_layout.h"
 #include "pd_proc.h"
+#include "pd_run.h"
 #include "pd_test.h"
 #include "pd_test_agent.h"
 #include "pd_time.h"
@@ -306,6 +308,25 @@ static inline void it_wait_admin(const struct pd_test_broker *b)
 			fail_msg("no admin socket %s", path);
 		(void)nanosleep(&(struct timespec){ 0, 2 * 1000 * 1000 }, NULL);
 	}
+}
+
+/* pdctl --json peers of b: rows[0]'s transport and why. */
+static inline void it_peer_xport(const struct pd_test_broker *b, char *xport, char *why,
+				 size_t len)
+{
+	char bin[256];
+	struct pd_run_result r = { 0 };
+
+	it_wait_admin(b);
+	assert_int_equal(pd_run_bin("pdctl", bin, sizeof(bin)), 0);
+	const char *argv[] = { bin, "--name", b->name, "--rundir", b->rundir, "--json", "peers",
+			       NULL };
+	assert_int_equal(pd_run(argv, 15000, &r), 0);
+	if (r.exit_code != 0 || pd_json_count(r.out, "rows") != 1)
+		fail_msg("pdctl peers: exit %d\n%s\n%s", r.exit_code, r.out, r.err);
+	assert_int_equal(pd_json_get_str(r.out, "rows[0].transport", xport, len), 0);
+	assert_int_equal(pd_json_get_str(r.out, "rows[0].why", why, len), 0);
+	pd_run_free(&r);
 }
 
 /* SIGKILL b and reap it. */

@@ -12,8 +12,6 @@
 #include <zmq.h>
 
 #include "it_scenarios.h"
-#include "pd_json.h"
-#include "pd_run.h"
 #include "pd_wire.h"
 
 static const struct it_xport shm = IT_XPORT_SHM;
@@ -108,24 +106,6 @@ static void test_decode_restarted_quickly_over_shm(void **state)
 
 /* ---- what pdctl says ----------------------------------------------------------------- */
 
-/* pdctl --json peers of b: rows[0]'s transport and why. */
-static void peer_xport(const struct pd_test_broker *b, char *xport, char *why, size_t len)
-{
-	char bin[256];
-	struct pd_run_result r = { 0 };
-
-	it_wait_admin(b);
-	assert_int_equal(pd_run_bin("pdctl", bin, sizeof(bin)), 0);
-	const char *argv[] = { bin, "--name", b->name, "--rundir", b->rundir, "--json", "peers",
-			       NULL };
-	assert_int_equal(pd_run(argv, 15000, &r), 0);
-	if (r.exit_code != 0 || pd_json_count(r.out, "rows") != 1)
-		fail_msg("pdctl peers: exit %d\n%s\n%s", r.exit_code, r.out, r.err);
-	assert_int_equal(pd_json_get_str(r.out, "rows[0].transport", xport, len), 0);
-	assert_int_equal(pd_json_get_str(r.out, "rows[0].why", why, len), 0);
-	pd_run_free(&r);
-}
-
 /* A P -> D transfer of request A (2 chunks), the decode broker's --transport dx. */
 static struct it *start_with_transfer(const char *dx)
 {
@@ -143,10 +123,10 @@ static void test_pdctl_peers_shows_shm(void **state)
 	char x[128], why[128];
 
 	(void)state;
-	peer_xport(&t->p, x, why, sizeof(x));
+	it_peer_xport(&t->p, x, why, sizeof(x));
 	assert_string_equal(x, "shm");
 	assert_string_equal(why, "configured (--transport)");
-	peer_xport(&t->d, x, why, sizeof(x)); /* the receiver: what the sender chose */
+	it_peer_xport(&t->d, x, why, sizeof(x)); /* the receiver: what the sender chose */
 	assert_string_equal(x, "shm");
 	it_stop(t, 0);
 }
@@ -158,13 +138,13 @@ static void test_pdctl_peers_shows_tcp_fallback(void **state)
 	char x[128], why[128];
 
 	(void)state;
-	peer_xport(&t->p, x, why, sizeof(x));
+	it_peer_xport(&t->p, x, why, sizeof(x));
 	assert_string_equal(x, "tcp");
 	if (!strstr(why, "fallback") || !strstr(why, "shm: not offered"))
 		fail_msg("why: %s", why);
 	assert_int_equal(it_stat(&t->p, "shm.copies_ok"), 0);
 	assert_true(it_wait_stat(&t->p, "tcp.frames_tx", 2) >= 2);
-	peer_xport(&t->d, x, why, sizeof(x));
+	it_peer_xport(&t->d, x, why, sizeof(x));
 	assert_string_equal(x, "tcp");
 	it_stop(t, 0);
 }
@@ -189,7 +169,7 @@ static void test_require_shm_refuses_a_peer_without_it(void **state)
 	assert_int_equal(it_stat(&t->d, "rx.batches"), 1);
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
 	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
-	peer_xport(&t->p, x, why, sizeof(x));
+	it_peer_xport(&t->p, x, why, sizeof(x));
 	assert_string_equal(x, "none");
 	if (!strstr(why, "--require") || !strstr(why, "shm: not offered"))
 		fail_msg("why: %s", why);

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -34,9 +35,19 @@ int pd_test_free_port(void)
 	return port;
 }
 
-static void exec_broker(const struct pd_test_broker *b, const char *const *args)
+/* PD_TEST_BIN_DIR (e.g. in the RDMA guest, where programs are copied
+ * elsewhere), else this variant's build directory. */
+static void broker_path(char *buf, size_t len)
 {
-	const char *argv[64] = { PD_BUILD_DIR "/pdbroker", "--name", b->name, "--rundir",
+	const char *dir = getenv("PD_TEST_BIN_DIR");
+
+	(void)snprintf(buf, len, "%s/pdbroker", dir && *dir ? dir : PD_BUILD_DIR);
+}
+
+static void exec_broker(const struct pd_test_broker *b, const char *path,
+			const char *const *args)
+{
+	const char *argv[64] = { path, "--name", b->name, "--rundir",
 				 b->rundir, "--ctrl", b->ctrl, "--data", "127.0.0.1:0" };
 	int n = 9, fd = open(b->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
@@ -74,11 +85,14 @@ static int wait_socket(const struct pd_test_broker *b, uint32_t ms)
 /* Fork and exec the broker, then wait for its socket. */
 static int spawn(struct pd_test_broker *b, const char *const *args)
 {
+	char path[256];
+
+	broker_path(path, sizeof(path));
 	b->pid = fork();
 	if (b->pid < 0)
 		return -errno;
 	if (b->pid == 0)
-		exec_broker(b, args);
+		exec_broker(b, path, args);
 	return wait_socket(b, 10000);
 }
 

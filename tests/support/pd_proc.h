@@ -17,9 +17,11 @@ struct pd_test_broker {
 /* A TCP port that was free a moment ago (bind to 0, read, close). */
 int pd_test_free_port(void);
 
-/* Start build/<variant>/pdbroker with the given extra arguments (NULL-
- * terminated), a unique name and rundir, and a fresh control port; wait
- * (bounded) until its attach socket exists. 0 or -errno. */
+/* Start build/<variant>/pdbroker ($PD_TEST_BIN_DIR/pdbroker when that is
+ * set) with the given extra arguments (NULL-terminated; a later --data
+ * overrides the default 127.0.0.1:0), a unique name and rundir, and a
+ * fresh control port; wait (bounded) until its attach socket exists. 0 or
+ * -errno. */
 int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *const *args);
 
 /* Start b again under the same name, rundir and control endpoint (after a

@@ -90,6 +90,8 @@ static void assert_same(const struct pd_config *a, const struct pd_config *b)
 	assert_string_equal(a->proxy, b->proxy);
 	assert_string_equal(a->group, b->group);
 	assert_string_equal(a->log_file, b->log_file);
+	assert_string_equal(a->rdma_dev, b->rdma_dev);
+	assert_int_equal(a->rdma_qps, b->rdma_qps);
 	assert_int_equal(a->slot_size, b->slot_size);
 	assert_int_equal(a->admission_timeout_ns, b->admission_timeout_ns);
 	assert_int_equal(a->recv_ttl_ns, b->recv_ttl_ns);
@@ -144,6 +146,8 @@ static const struct bad bad_values[] = {
 	{ "recv-ttl", "0", NULL }, { "recv-ttl", "abc", NULL }, { "heartbeat", "0ms", NULL },
 	{ "heartbeat", "3601", NULL }, { "heartbeat", "99999999999999s", "too large" },
 	{ "data-threads", "0", "out of range 1..64" }, { "data-threads", "65", NULL },
+	{ "rdma-qps", "0", "out of range 1..16" }, { "rdma-qps", "17", NULL },
+	{ "rdma-dev", "mlx5 0", NULL }, { "rdma-dev", long_name, NULL },
 	{ "group", "a b", NULL }, { "group", long_name, "longer than 63" },
 	{ "notify-failures", "maybe", "true or false" }, { "log-level", "loud", "none|err" },
 	{ "log-level", "", NULL }, { "log-file", "/x\x7f", NULL }, { "help", "2", NULL },
@@ -389,6 +393,8 @@ static void test_defaults(void **state)
 	assert_int_equal(c.recv_ttl_ns, 120 * SEC);
 	assert_int_equal(c.heartbeat_ns, 1 * SEC);
 	assert_int_equal(c.data_threads, 2);
+	assert_string_equal(c.rdma_dev, "");
+	assert_int_equal(c.rdma_qps, 2);
 	assert_int_equal(c.log_level, PD_LOG_INFO);
 	assert_int_equal(c.notify_failures, 0);
 	assert_int_equal(c.show_help, 0);
@@ -472,6 +478,8 @@ static const struct good good_values[] = {
 	{ "recv-ttl", "250ms", "250ms" }, { "recv-ttl", "2000ms", "2s" },
 	{ "heartbeat", "1ms", "1ms" }, { "data-threads", "64", "64" },
 	{ "data-threads", "1", "1" }, { "group", "pdkv", "pdkv" },
+	{ "rdma-dev", "rxe0", "rxe0" }, { "rdma-dev", "", "" }, { "rdma-qps", "16", "16" },
+	{ "rdma-qps", "1", "1" },
 	{ "notify-failures", "yes", "true" }, { "notify-failures", "off", "false" },
 	{ "log-level", "DEBUG", "debug" }, { "log-level", "none", "none" },
 	{ "log-file", "/var/log/pd.log", "/var/log/pd.log" },
