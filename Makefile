@@ -286,10 +286,18 @@ RDMA_TIMEOUT  ?= 600
 $(B)/tests/rdma/%: $(B)/tests/rdma/%.o $(LIBBROKER) $(LIBCORE)
 	$(CC) -o $@ $< $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
-test-rdma: $(RDMA_TEST_BIN) $(PDBROKER)
-	@tests/rdma/run.sh --timeout $(RDMA_TIMEOUT) $(addprefix --bin ,$(RDMA_TEST_BIN) $(PDBROKER)) -- \
+# Third command: pdbench, 2 TP ranks per broker, over rdma between the two
+# rxe addresses; its figures are functional only (emulated RDMA).
+RDMA_PDBENCH := pdbench --local --transport rdma --prefill-host $$RXE_IP1 --decode-host \
+	$$RXE_IP0 --tp 2 --requests 40 --concurrency 4 --chunks 8 --abort-rate 0.1 \
+	--slot-size 64K --quiet
+
+test-rdma: $(RDMA_TEST_BIN) $(PDBROKER) $(PDBENCH)
+	@tests/rdma/run.sh --timeout $(RDMA_TIMEOUT) \
+		$(addprefix --bin ,$(RDMA_TEST_BIN) $(PDBROKER) $(PDBENCH)) -- \
 		'rdma_xport_test $$RXE_IP0 $$RXE_IP1' \
-		'PD_TEST_BIN_DIR=/usr/local/bin rdma_broker_test $$RXE_IP0 $$RXE_IP1'
+		'PD_TEST_BIN_DIR=/usr/local/bin rdma_broker_test $$RXE_IP0 $$RXE_IP1' \
+		'$(RDMA_PDBENCH) && echo "PASS pdbench-over-rdma" || echo "FAIL pdbench-over-rdma"'
 
 # The two-broker run (pdbroker processes, agents in the test): libpdagent
 # and the test support too; in the guest, pd_proc.c finds pdbroker through

@@ -46,6 +46,7 @@ struct pd_bench_opts {
 	int partial;                 /* the last chunk of each rank is partial */
 	int early_wait;              /* decode ranks wait from the start, in slices */
 	char proxy[PD_BENCH_EP_MAX + 1];
+	char phost[64], dhost[64];   /* --local: the brokers' control and data address */
 	uint64_t seed;
 	const char *json;            /* NULL: no JSON file */
 	int quiet;

@@ -76,14 +76,15 @@ static int find_broker_bin(const struct pd_bench_opts *o, char *buf, size_t len)
 static void broker_exec(const char *bin, const struct pd_bench_opts *o,
 			const struct pd_bench_cluster *c, const struct pd_bench_broker *b)
 {
-	char slot[32], send[16], recv[16];
+	char slot[32], send[16], recv[16], data[80];
 	const char *argv[32] = { bin, "--name", b->name, "--rundir", c->rundir, "--ctrl", b->ctrl,
-				 "--data", "127.0.0.1:0", "--heartbeat", "200ms", "--log-file",
+				 "--data", data, "--heartbeat", "200ms", "--log-file",
 				 b->log, "--slot-size", slot, "--transport", o->transport,
 				 "--send-slots", send, "--recv-slots", recv };
 	int n = 21, in = open("/dev/null", O_RDONLY), fd = open(b->log, O_WRONLY | O_CREAT |
 								   O_APPEND, 0644);
 
+	(void)snprintf(data, sizeof(data), "%s:0", b->decode ? o->dhost : o->phost);
 	(void)snprintf(slot, sizeof(slot), "%" PRIu64 "K", o->slot_size >> 10);
 	(void)snprintf(send, sizeof(send), "%" PRIu32, b->decode ? 0 : o->send_slots);
 	(void)snprintf(recv, sizeof(recv), "%" PRIu32, b->decode ? o->recv_slots : 0);
@@ -161,7 +162,8 @@ static int broker_start(struct pd_bench_cluster *c, uint32_t i, const char *bin,
 
 		if (port < 0)
 			return port;
-		(void)snprintf(b->ctrl, sizeof(b->ctrl), "tcp://127.0.0.1:%d", port);
+		(void)snprintf(b->ctrl, sizeof(b->ctrl), "tcp://%s:%d",
+			       b->decode ? o->dhost : o->phost, port);
 		b->pid = broker_fork(bin, o, c, b);
 		if (b->pid < 0) {
 			rc = (int)b->pid;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 
 #include "pdb.h"
 
@@ -34,6 +35,9 @@ static void usage(FILE *f)
 "                        without --local: the chunk size (default: the brokers' slot size)\n"
 "  --proxy ENDPOINT      passed to the prefill brokers (--local)\n"
 "  --broker-bin PATH     pdbroker to run (default: beside pdbench)\n"
+"  --prefill-host IP     --local: address the prefill brokers bind (default 127.0.0.1)\n"
+"  --decode-host IP      --local: address the decode brokers bind (default 127.0.0.1;\n"
+"                        RDMA needs two addresses of real or rxe devices)\n"
 "  --keep-logs           keep the rundir with the broker logs and print its path\n"
 "  --prefill-name LIST   without --local: running prefill brokers, comma-separated\n"
 "  --decode-name LIST    without --local: running decode brokers\n"
@@ -63,9 +67,7 @@ static void usage(FILE *f)
 "                        late (default): a decode rank calls pd_recv_wait() once every\n"
 "                        prefill rank of the request has PUT_DONE (and stops when one\n"
 "                        has not); early: it waits from the start, in 250 ms slices,\n"
-"                        until READY or told to stop (with libpdagent 0.1 each slice\n"
-"                        that times out leaves an answer no call takes in the agent's\n"
-"                        256-entry mailbox: long runs then lose requests)\n"
+"                        until READY or told to stop\n"
 "\n"
 "Output:\n"
 "  --json FILE           write the results as a JSON object\n"
@@ -193,7 +195,7 @@ enum {
 	O_LOCAL = 256, O_PREFILL, O_DECODE, O_TP, O_TRANSPORT, O_RECV, O_SEND, O_SLOT,
 	O_REQUESTS, O_CONC, O_CHUNKS, O_CMIN, O_CMAX, O_BATCH, O_ABORT, O_PARTIAL, O_PROXY,
 	O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_BIN, O_KEEP, O_PNAME, O_DNAME, O_DCTRL,
-	O_RUNDIR, O_WAIT, O_HELP, O_END
+	O_RUNDIR, O_WAIT, O_PHOST, O_DHOST, O_HELP, O_END
 };
 
 static const struct option longopts[] = {
@@ -225,6 +227,8 @@ static const struct option longopts[] = {
 	{ "decode-ctrl", required_argument, NULL, O_DCTRL },
 	{ "rundir", required_argument, NULL, O_RUNDIR },
 	{ "decode-wait", required_argument, NULL, O_WAIT },
+	{ "prefill-host", required_argument, NULL, O_PHOST },
+	{ "decode-host", required_argument, NULL, O_DHOST },
 	{ "help", no_argument, NULL, O_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -236,6 +240,8 @@ static void defaults(struct pd_bench_opts *o)
 	o->ndecode = 1;
 	o->tp = 1;
 	(void)strcpy(o->transport, "tcp");
+	(void)strcpy(o->phost, "127.0.0.1");
+	(void)strcpy(o->dhost, "127.0.0.1");
 	o->recv_slots = 64;
 	o->send_slots = 128;
 	o->slot_size = 256u << 10;
@@ -247,6 +253,17 @@ static void defaults(struct pd_bench_opts *o)
 	o->timeout_s = 30;
 }
 
+/* A numeric IPv4 address the brokers bind (e.g. an RDMA device's). */
+static int get_host(const char *flag, const char *a, char *out, size_t len)
+{
+	struct in_addr ia;
+
+	if (strlen(a) >= len || inet_pton(AF_INET, a, &ia) != 1)
+		return bad(flag, "expected a numeric IPv4 address", a);
+	(void)strcpy(out, a);
+	return 0;
+}
+
 /* One flag; seen[] records which were given. 0, or 2 for a usage error. */
 static int one(struct pd_bench_opts *o, int c, const char *a)
 {
@@ -255,6 +272,8 @@ static int one(struct pd_bench_opts *o, int c, const char *a)
 
 	switch (c) {
 	case O_LOCAL: o->local = 1; return 0;
+	case O_PHOST: return get_host("--prefill-host", a, o->phost, sizeof(o->phost));
+	case O_DHOST: return get_host("--decode-host", a, o->dhost, sizeof(o->dhost));
 	case O_PREFILL: return get_u32("--prefill", a, 1, PD_BENCH_MAX_BROKERS, &o->nprefill);
 	case O_DECODE: return get_u32("--decode", a, 1, PD_BENCH_MAX_BROKERS, &o->ndecode);
 	case O_TP: return get_u32("--tp", a, 1, PD_BENCH_MAX_TP, &o->tp);
@@ -330,6 +349,7 @@ static int check_mode(const struct pd_bench_opts *o, const int *seen)
 		{ O_TRANSPORT, "--transport", 1 }, { O_RECV, "--recv-slots", 1 },
 		{ O_SEND, "--send-slots", 1 }, { O_PROXY, "--proxy", 1 },
 		{ O_BIN, "--broker-bin", 1 }, { O_KEEP, "--keep-logs", 1 },
+		{ O_PHOST, "--prefill-host", 1 }, { O_DHOST, "--decode-host", 1 },
 		{ O_PNAME, "--prefill-name", 0 }, { O_DNAME, "--decode-name", 0 },
 		{ O_DCTRL, "--decode-ctrl", 0 }, { O_RUNDIR, "--rundir", 0 },
 	};
