@@ -46,6 +46,8 @@ int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 	rc = ask(a, PD_SQ_RECV_WAIT, req_id, timeout_ms, &c);
 	if (rc < 0)
 		return rc;
+	if (c.status == -ETIME) /* the broker expired the wait: our timeout, seen first there */
+		return -ETIMEDOUT;
 	info->chunks = c.chunks;
 	info->status = c.status;
 	return 0;

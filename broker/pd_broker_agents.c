@@ -233,8 +233,8 @@ static void on_attach(void *ctx, uint32_t agent, const struct pd_agent_slot *s)
 	(void)agent;
 }
 
-/* Waits whose caller gave up: answer -ETIMEDOUT (the agent drops the
- * answer) so they do not pile up. */
+/* Waits whose caller gave up: answer -ETIME (not a request's status: the
+ * agent takes it as its own timeout, or drops it) so they do not pile up. */
 void broker_waiters_expire(struct pd_broker *b, uint64_t now)
 {
 	struct waiter *w, *next;
@@ -242,7 +242,7 @@ void broker_waiters_expire(struct pd_broker *b, uint64_t now)
 	for (w = LIST_FIRST(&b->waiters); w; w = next) {
 		next = LIST_NEXT(w, link);
 		if (now >= w->deadline)
-			answer(b, w, -ETIMEDOUT, 0, 0);
+			answer(b, w, -ETIME, 0, 0);
 	}
 }
 

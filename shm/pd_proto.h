@@ -56,7 +56,7 @@ struct pd_sqe_req {
 struct pd_sqe {
 	uint32_t op;                /* PD_SQ_* */
 	uint32_t arg;               /* PD_SQ_RECV_WAIT: the caller's timeout in ms (the
-				     * broker answers -ETIMEDOUT then); else 0 */
+				     * broker answers status -ETIME then); else 0 */
 	uint64_t user;              /* echoed in the completion */
 	union {
 		struct pd_sqe_put put;
