@@ -1,7 +1,10 @@
 #!/bin/bash
 # pdkv beside its peers on this machine, one after another, same chunk size:
-#   iperf3 (one TCP stream, -l CHUNK), UCX ucx_perftest (tcp tag_bw and
-#   posix ucp_put_bw), and pdbench 1P1D over pdkv's TCP transport.
+#   across the network stack: iperf3 (one TCP stream, -l CHUNK) and UCX
+#   ucx_perftest tcp tag_bw, beside pdbench 1P1D over pdkv's TCP transport
+#   and the transport alone (bench_e2e);
+#   on one host: a single-thread memcpy and UCX posix ucp_put_bw, beside
+#   pdkv's shm transport (bench_shmx: two brokers, 1 MiB and 4 MiB chunks).
 # Prints each figure and pdkv's throughput as a ratio to it. The machine is
 # shared and noisy: only ratios from one run mean anything.
 #
@@ -99,8 +102,18 @@ e2e_gbs() {
 		awk '/^throughput/ { printf "%.2f\n", $3; exit }'
 }
 
-[ -x "$B/pdbench" ] && [ -x "$B/tests/bench/bench_e2e" ] ||
-	make -C "$HERE" -s all "$B/tests/bench/bench_e2e" >/dev/null ||
+# bench_shmx: "<MiB> MiB chunks ... pdkv memcpy ratio" rows; prints
+# "pdkv memcpy" for the chunk size asked (1 or 4 MiB), else fails.
+shmx_gbs() {
+	local mib=$((CHUNK_B >> 20))
+	[ "$CHUNK_B" = $((mib << 20)) ] && { [ $mib = 1 ] || [ $mib = 4 ]; } || return 1
+	"$B/tests/bench/bench_shmx" --quick 2>/dev/null |
+		awk -v m="$mib" '$1 == m && $2 == "MiB" { printf "%.2f %.2f\n", $6, $7; f = 1 }
+				 END { exit !f }'
+}
+
+[ -x "$B/pdbench" ] && [ -x "$B/tests/bench/bench_e2e" ] && [ -x "$B/tests/bench/bench_shmx" ] ||
+	make -C "$HERE" -s all "$B/tests/bench/bench_e2e" "$B/tests/bench/bench_shmx" >/dev/null ||
 	{ echo "compare-peers: build failed" >&2; exit 1; }
 need_tools
 echo "compare-peers: chunk $CHUNK, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)" >&2
@@ -110,6 +123,8 @@ E2E=$(e2e_gbs) || E2E=""
 IP=$(iperf3_gbs) || IP=""
 UT=$(ucx_gbs tcp tag_bw) || UT=""
 UP=$(ucx_gbs posix ucp_put_bw) || UP=""
+SX=$(shmx_gbs) || SX=""
+SHM=${SX%% *} MEMCPY=${SX##* }
 
 ratio() { # pdkv baseline
 	if [ -z "$1" ] || [ -z "$2" ]; then echo "-"; else
@@ -125,5 +140,11 @@ printf '%-42s %9s\n' "pdkv: pdbench 1P1D tcp, every byte checked" "${PD:-failed}
 printf '%-42s %9s\n' "pdkv: transport only (bench_e2e)" "${E2E:-skipped}"
 row "iperf3, 1 stream, -l $CHUNK" "$IP"
 row "UCX ucx_perftest tcp tag_bw $CHUNK" "$UT"
-row "UCX ucx_perftest posix ucp_put_bw $CHUNK" "$UP"
+echo
+printf '%-42s %9s %14s\n' "same host" "GB/s" "shm ratio"
+printf '%-42s %9s\n' "pdkv: shm transport (bench_shmx)" "${SHM:-skipped}"
+printf '%-42s %9s %14s\n' "memcpy, 1 thread (same run as bench_shmx)" "${MEMCPY:-skipped}" \
+	"$(ratio "$SHM" "$MEMCPY")"
+printf '%-42s %9s %14s\n' "UCX ucx_perftest posix ucp_put_bw $CHUNK" "${UP:-skipped}" \
+	"$(ratio "$SHM" "$UP")"
 [ -n "$PD" ]

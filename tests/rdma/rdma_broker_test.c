@@ -33,34 +33,14 @@
 #include "pd_test.h"
 #include "pd_test_agent.h"
 #include "pd_time.h"
+#include "rdma_check.h"
+
+static const char *d_ip, *p_ip;
 
 #define SLOT    (64u * 1024u)
 #define WAIT_MS 20000u
 #define NO_STAT UINT64_MAX
 
-static int npass, nfail;
-static const char *d_ip, *p_ip;
-
-static int check(int ok, const char *name, const char *fmt, ...) PD_PRINTF(3, 4);
-
-static int check(int ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok) {
-		printf("PASS %s\n", name);
-		npass++;
-	} else {
-		printf("FAIL %s: ", name);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf("\n");
-		nfail++;
-	}
-	fflush(stdout);
-	return ok;
-}
 
 /* "tag-what" in buf (64 bytes), for a check's name. */
 static const char *tagged(char *buf, const char *tag, const char *what)

@@ -22,36 +22,16 @@
 #include "pd_rdma.h"
 #include "pd_rdma_int.h"
 #include "pd_time.h"
+#include "rdma_check.h"
+
+static const char *recv_ip, *send_ip;
+static uint8_t *recv_arena, *send_arena;
 
 #define NSLOTS    64u
 #define SLOT_SIZE (64u * 1024u)
 #define ARENA     ((size_t)NSLOTS * SLOT_SIZE)
 #define MAXCK     4096u
 #define WAIT_MS   30000u
-
-static int npass, nfail;
-static const char *recv_ip, *send_ip;
-static uint8_t *recv_arena, *send_arena;
-
-static void check(int ok, const char *name, const char *fmt, ...) PD_PRINTF(3, 4);
-
-static void check(int ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok) {
-		printf("PASS %s\n", name);
-		npass++;
-	} else {
-		printf("FAIL %s: ", name);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf("\n");
-		nfail++;
-	}
-	fflush(stdout);
-}
 
 /* ---- completions -------------------------------------------------------------------- */
 
