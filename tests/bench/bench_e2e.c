@@ -22,6 +22,7 @@
 #include "pd_bench_fixture.h"
 #include "pd_proc.h"
 #include "pd_time.h"
+#include "pd_zmq_rtt.h"
 
 #define MIB        (1u << 20)
 #define CHUNKS     8u      /* per request */
@@ -80,13 +81,6 @@ static double throughput(struct run *r)
 	return (double)r->requests * CHUNKS * MIB / ((double)(pd_now_ns() - t0) / 1e9) / 1e9;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* Median put -> PUT_DONE of a 1-chunk (4 KiB) request, in µs. */
 static double latency(struct run *r, uint32_t n)
 {
@@ -113,58 +107,13 @@ static double latency(struct run *r, uint32_t n)
 			return -1;
 		}
 	}
-	qsort(lat, n, sizeof(*lat), cmp_u64);
+	qsort(lat, n, sizeof(*lat), pd_cmp_u64);
 	med = lat ? (double)lat[n / 2] / 1e3 : -1;
 	free(lat);
 	return med;
 }
 
 /* ---- baselines ------------------------------------------------------------------------ */
-
-static void *rep_main(void *arg)
-{
-	void *rep = arg;
-	char b[8];
-
-	while (zmq_recv(rep, b, sizeof(b), 0) >= 0 && b[0] != 'q')
-		(void)zmq_send(rep, b, 1, 0);
-	(void)zmq_send(rep, b, 1, 0);
-	return NULL;
-}
-
-/* Median ZeroMQ REQ/REP round trip over loopback TCP, in µs. */
-static double zmq_rtt(uint32_t n)
-{
-	void *ctx = zmq_ctx_new(), *rep = zmq_socket(ctx, ZMQ_REP), *req = zmq_socket(ctx, ZMQ_REQ);
-	uint64_t *lat = calloc(n, sizeof(*lat));
-	char ep[64], b[8];
-	size_t len = sizeof(ep);
-	pthread_t th;
-	double med = -1;
-
-	if (!lat || zmq_bind(rep, "tcp://127.0.0.1:*") || zmq_getsockopt(rep, ZMQ_LAST_ENDPOINT,
-									 ep, &len) ||
-	    zmq_connect(req, ep) || pthread_create(&th, NULL, rep_main, rep))
-		goto out;
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t t0 = pd_now_ns();
-
-		(void)zmq_send(req, "x", 1, 0);
-		(void)zmq_recv(req, b, sizeof(b), 0);
-		lat[i] = pd_now_ns() - t0;
-	}
-	(void)zmq_send(req, "q", 1, 0);
-	(void)zmq_recv(req, b, sizeof(b), 0);
-	(void)pthread_join(th, NULL);
-	qsort(lat, n, sizeof(*lat), cmp_u64);
-	med = (double)lat[n / 2] / 1e3;
-out:
-	free(lat);
-	(void)zmq_close(req);
-	(void)zmq_close(rep);
-	(void)zmq_ctx_term(ctx);
-	return med;
-}
 
 /* iperf3 -l 1M, one stream, over loopback: GB/s, or -1 when not installed. */
 static double iperf3(int seconds)
@@ -245,7 +194,7 @@ int main(int argc, char **argv)
 	ucx = ucx_tag_bw(quick ? 96 : 512);
 	gbs = throughput(&r);
 	lat = latency(&r, quick ? 200 : 2000);
-	rtt = zmq_rtt(quick ? 200 : 2000);
+	rtt = pd_zmq_rtt("127.0.0.1", quick ? 200 : 2000);
 	pd_bench_pair_stop(&r.x);
 	printf("bench_e2e: 1P1D on one host, --transport %s, %u requests x %u x 1 MiB\n",
 	       r.xport, r.requests, CHUNKS);
