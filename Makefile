@@ -292,12 +292,17 @@ RDMA_PDBENCH := pdbench --local --transport rdma --prefill-host $$RXE_IP1 --deco
 	$$RXE_IP0 --tp 2 --requests 40 --concurrency 4 --chunks 8 --abort-rate 0.1 \
 	--slot-size 64K --quiet
 
+# Fourth: perftest's ib_write_lat/ib_write_bw as the same-boot baselines
+# (when the host has them: Debian's perftest; a SKIP line otherwise).
+RDMA_BASELINE_BIN := tests/rdma/rdma_baseline.sh $(wildcard /usr/bin/ib_write_lat /usr/bin/ib_write_bw)
+
 test-rdma: $(RDMA_TEST_BIN) $(PDBROKER) $(PDBENCH)
 	@tests/rdma/run.sh --timeout $(RDMA_TIMEOUT) \
-		$(addprefix --bin ,$(RDMA_TEST_BIN) $(PDBROKER) $(PDBENCH)) -- \
+		$(addprefix --bin ,$(RDMA_TEST_BIN) $(PDBROKER) $(PDBENCH) $(RDMA_BASELINE_BIN)) -- \
 		'rdma_xport_test $$RXE_IP0 $$RXE_IP1' \
 		'PD_TEST_BIN_DIR=/usr/local/bin rdma_broker_test $$RXE_IP0 $$RXE_IP1' \
-		'$(RDMA_PDBENCH) && echo "PASS pdbench-over-rdma" || echo "FAIL pdbench-over-rdma"'
+		'$(RDMA_PDBENCH) && echo "PASS pdbench-over-rdma" || echo "FAIL pdbench-over-rdma"' \
+		'rdma_baseline.sh'
 
 # The two-broker run (pdbroker processes, agents in the test): libpdagent
 # and the test support too; in the guest, pd_proc.c finds pdbroker through
