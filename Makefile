@@ -293,12 +293,15 @@ RDMA_PDBENCH := pdbench --local --transport rdma --prefill-host $$RXE_IP1 --deco
 	--slot-size 64K --quiet
 
 # Fourth: perftest's ib_write_lat/ib_write_bw as the same-boot baselines
-# (when the host has them: Debian's perftest; a SKIP line otherwise).
-RDMA_BASELINE_BIN := tests/rdma/rdma_baseline.sh $(wildcard /usr/bin/ib_write_lat /usr/bin/ib_write_bw)
+# (Debian's perftest, installed when root; a SKIP line when missing).
+RDMA_BASELINE_BIN = --bin tests/rdma/rdma_baseline.sh \
+	$$(for t in ib_write_lat ib_write_bw; do p=$$(command -v $$t) && echo --bin $$p; done)
 
 test-rdma: $(RDMA_TEST_BIN) $(PDBROKER) $(PDBENCH)
+	@command -v ib_write_lat >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		apt-get install -y -q --no-install-recommends perftest >/dev/null 2>&1 || true
 	@tests/rdma/run.sh --timeout $(RDMA_TIMEOUT) \
-		$(addprefix --bin ,$(RDMA_TEST_BIN) $(PDBROKER) $(PDBENCH) $(RDMA_BASELINE_BIN)) -- \
+		$(addprefix --bin ,$(RDMA_TEST_BIN) $(PDBROKER) $(PDBENCH)) $(RDMA_BASELINE_BIN) -- \
 		'rdma_xport_test $$RXE_IP0 $$RXE_IP1' \
 		'PD_TEST_BIN_DIR=/usr/local/bin rdma_broker_test $$RXE_IP0 $$RXE_IP1' \
 		'$(RDMA_PDBENCH) && echo "PASS pdbench-over-rdma" || echo "FAIL pdbench-over-rdma"' \
