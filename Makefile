@@ -202,7 +202,7 @@ tsan:
 
 .PHONY: tsan-run
 # Threaded unit tests that also run under TSan (the data plane's threads).
-TSAN_UNIT := $(B)/tests/unit/test_tcp $(B)/tests/unit/test_tcp_data $(B)/tests/unit/test_rdma
+TSAN_UNIT := $(B)/tests/unit/test_tcp $(B)/tests/unit/test_tcp_data $(B)/tests/unit/test_rdma $(B)/tests/unit/test_rdma_fail $(B)/tests/unit/test_rdma_conn
 
 tsan-run: $(TSAN_BIN) $(TSAN_UNIT)
 	@TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" PD_TEST_LOOPS=$(LOOPS) \
