@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -161,11 +162,97 @@ static void test_raw_writes_to_ungranted_slots(void **state)
 	it_stop(t, 0);
 }
 
+/* ---- the admin socket ----------------------------------------------------------------- */
+
+static int admin_connect(const struct pd_test_broker *b)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char path[256];
+
+	assert_true(fd >= 0);
+	(void)snprintf(path, sizeof(path), "%s/%s.admin", b->rundir, b->name);
+	assert_true(strlen(path) < sizeof(a.sun_path));
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+/* One frame out: a big-endian length, then len bytes of body. */
+static void admin_send(int fd, uint32_t len, const void *body, size_t blen)
+{
+	uint8_t h[4] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
+			 (uint8_t)len };
+
+	assert_int_equal(write(fd, h, 4), 4);
+	if (blen)
+		assert_int_equal(write(fd, body, blen), (ssize_t)blen);
+}
+
+/* The whole answer (until the broker closes), or 0 bytes when it closed. */
+static size_t admin_answer(int fd, uint8_t *buf, size_t cap)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t deadline = pd_deadline_ms(3000);
+	size_t got = 0;
+	ssize_t r = 1;
+
+	while (r > 0 && got < cap && pd_now_ns() < deadline)
+		if (poll(&p, 1, 100) > 0 && (r = read(fd, buf + got, cap - got)) > 0)
+			got += (size_t)r;
+	assert_true(pd_now_ns() < deadline);
+	(void)close(fd);
+	return got;
+}
+
+/* A frame too long, garbage, a non-map, an unknown command and a frame cut
+ * short: each refused (closed or answered {"ok": false}) and counted; the
+ * broker still answers a good request after them. */
+static void test_garbage_on_the_admin_socket(void **state)
+{
+	static const uint8_t bad_mp[] = { 0xc1 }, not_map[] = { 0x93, 1, 2, 3 },
+			     unknown[] = { 0x81, 0xa3, 'c', 'm', 'd', 0xa3, 'f', 'o', 'o' },
+			     agents[] = { 0x81, 0xa3, 'c', 'm', 'd', 0xa6, 'a', 'g', 'e', 'n', 't',
+					  's' };
+	const uint8_t *refused[] = { not_map, unknown };
+	const size_t rlen[] = { sizeof(not_map), sizeof(unknown) };
+	struct it *t = it_start(8, 8);
+	uint8_t ans[256];
+	size_t n;
+	int fd;
+
+	(void)state;
+	it_wait_admin(&t->d);
+	fd = admin_connect(&t->d);
+	admin_send(fd, UINT32_MAX, NULL, 0);                 /* too long: closed */
+	assert_int_equal(admin_answer(fd, ans, sizeof(ans)), 0);
+	fd = admin_connect(&t->d);
+	admin_send(fd, sizeof(bad_mp), bad_mp, sizeof(bad_mp)); /* not msgpack: closed */
+	assert_int_equal(admin_answer(fd, ans, sizeof(ans)), 0);
+	fd = admin_connect(&t->d);
+	admin_send(fd, 100, not_map, sizeof(not_map));       /* cut short, then gone */
+	(void)close(fd);
+	for (int i = 0; i < 2; i++) { /* answered, not ok */
+		fd = admin_connect(&t->d);
+		admin_send(fd, (uint32_t)rlen[i], refused[i], rlen[i]);
+		n = admin_answer(fd, ans, sizeof(ans));
+		assert_true(n > 4 && memmem(ans, n, "\xa2ok\xc2", 4) != NULL);
+	}
+	assert_true(it_wait_stat(&t->d, "admin.bad", 4) >= 4);
+	fd = admin_connect(&t->d);
+	admin_send(fd, sizeof(agents), agents, sizeof(agents));
+	n = admin_answer(fd, ans, sizeof(ans));
+	assert_true(n > 4 && memmem(ans, n, "\xa2ok\xc3", 4) != NULL);
+	still_serves(t, "after-admin-garbage");
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_garbage_on_the_control_plane),
 		cmocka_unit_test(test_raw_writes_to_ungranted_slots),
+		cmocka_unit_test(test_garbage_on_the_admin_socket),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
