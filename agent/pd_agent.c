@@ -135,6 +135,7 @@ static int init_state(struct pd_agent *a)
 		(void)pthread_condattr_destroy(&ca);
 	}
 	a->next_user = 1;
+	pd_reqtab_init(&a->reqs, 0);
 	return 0;
 }
 
@@ -220,5 +221,6 @@ void pd_agent_detach(struct pd_agent *a)
 	free(a->pins);
 	free(a->free_cells);
 	free(a->events);
+	pd_reqtab_fini(&a->reqs);
 	free(a);
 }

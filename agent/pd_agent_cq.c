@@ -67,7 +67,6 @@ void ag_mark_cancelled(struct pd_agent *a, uint64_t tag)
 
 /* ---- completions --------------------------------------------------------------- */
 
-/* File one completion (lock held). */
 /* An answer whose caller gave up: forget the ask and drop the answer. */
 static int abandoned(struct pd_agent *a, uint64_t user)
 {
@@ -95,9 +94,28 @@ static void file_mail(struct pd_agent *a, const struct pd_cqe *c)
 	a->mail[a->nmail++] = *c;
 }
 
+static int is_event(uint32_t type)
+{
+	return type == PD_CQ_PUT_DONE || type == PD_CQ_PUT_FAILED || type == PD_CQ_ADMITTED;
+}
+
+/* A request's admission or end: the staging gate learns it before the
+ * event is queued, so pd_alloc() never lags behind pd_next_event(). */
+static void note(struct pd_agent *a, const struct pd_cqe *c)
+{
+	uint32_t len = c->req_id_len <= PD_REQ_ID_MAX ? c->req_id_len : 0;
+
+	if (c->type == PD_CQ_ADMITTED)
+		pd_reqtab_admitted(&a->reqs, c->req_id, len, c->rank);
+	else
+		pd_reqtab_ended(&a->reqs, c->req_id, len, c->rank,
+				c->type == PD_CQ_PUT_DONE ? 0 : c->status < 0 ? c->status : -EPROTO);
+}
+
 static void file(struct pd_agent *a, const struct pd_cqe *c)
 {
-	if (c->type == PD_CQ_PUT_DONE || c->type == PD_CQ_PUT_FAILED) {
+	if (is_event(c->type)) {
+		note(a, c);
 		if (a->ev_count < AG_MAX_EVENTS) {
 			a->events[(a->ev_head + a->ev_count) % AG_MAX_EVENTS] = *c;
 			a->ev_count++;
@@ -127,9 +145,9 @@ static void doze(struct pd_agent *a, uint32_t timeout_ms)
 	pd_ring_sleep_done(&a->cq);
 }
 
-/* Become the reader for one round: drain the ring, or doze. Lock held on
- * entry and exit. */
-static void read_round(struct pd_agent *a, uint32_t timeout_ms)
+/* Become the reader for one round: drain the ring, or (may_doze) doze.
+ * Lock held on entry and exit. */
+static void read_round(struct pd_agent *a, uint32_t timeout_ms, int may_doze)
 {
 	struct pd_cqe c[16];
 	int n;
@@ -137,7 +155,7 @@ static void read_round(struct pd_agent *a, uint32_t timeout_ms)
 	a->reader = 1;
 	(void)pthread_mutex_unlock(&a->lock);
 	n = pd_ring_dequeue_burst_sc(&a->cq, c, 16);
-	if (n == 0)
+	if (n == 0 && may_doze)
 		doze(a, timeout_ms);
 	(void)pthread_mutex_lock(&a->lock);
 	if (n < 0)
@@ -148,13 +166,21 @@ static void read_round(struct pd_agent *a, uint32_t timeout_ms)
 	(void)pthread_cond_broadcast(&a->cond);
 }
 
+void ag_poll(struct pd_agent *a)
+{
+	(void)pthread_mutex_lock(&a->lock);
+	if (!a->reader)
+		read_round(a, 0, 0);
+	(void)pthread_mutex_unlock(&a->lock);
+}
+
 static void wait_turn(struct pd_agent *a, uint64_t deadline)
 {
 	uint64_t now = pd_now_ns(), slice = now + AG_SLICE_MS * PD_NS_PER_MS;
 	uint64_t until = slice < deadline ? slice : deadline;
 
 	if (!a->reader) {
-		read_round(a, (uint32_t)((until > now ? until - now : 0) / PD_NS_PER_MS));
+		read_round(a, (uint32_t)((until > now ? until - now : 0) / PD_NS_PER_MS), 1);
 	} else {
 		struct timespec ts = pd_ns_to_ts(until);
 
@@ -162,11 +188,11 @@ static void wait_turn(struct pd_agent *a, uint64_t deadline)
 	}
 }
 
-/* Wait until pick() finds a completion (lock held while it looks). */
-static int wait_for(struct pd_agent *a, int (*pick)(struct pd_agent *, uint64_t, struct pd_cqe *),
-		    uint64_t key, struct pd_cqe *out, uint32_t timeout_ms)
+/* Wait until pick() finds what it looks for (lock held while it looks),
+ * or deadline. */
+static int wait_for(struct pd_agent *a, int (*pick)(struct pd_agent *, const void *, void *),
+		    const void *key, void *out, uint64_t deadline)
 {
-	uint64_t deadline = pd_deadline_ms(timeout_ms);
 	int rc;
 
 	(void)pthread_mutex_lock(&a->lock);
@@ -189,23 +215,25 @@ static int wait_for(struct pd_agent *a, int (*pick)(struct pd_agent *, uint64_t,
 	return rc;
 }
 
-static int pick_event(struct pd_agent *a, uint64_t key, struct pd_cqe *out)
+static int pick_event(struct pd_agent *a, const void *key, void *out)
 {
 	(void)key;
 	if (!a->ev_count)
 		return 0;
-	*out = a->events[a->ev_head];
+	*(struct pd_cqe *)out = a->events[a->ev_head];
 	a->ev_head = (a->ev_head + 1) % AG_MAX_EVENTS;
 	a->ev_count--;
 	return 1;
 }
 
-static int pick_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out)
+static int pick_mail(struct pd_agent *a, const void *key, void *out)
 {
+	uint64_t user = *(const uint64_t *)key;
+
 	for (uint32_t i = 0; i < a->nmail; i++) {
 		if (a->mail[i].user != user)
 			continue;
-		*out = a->mail[i];
+		*(struct pd_cqe *)out = a->mail[i];
 		a->mail[i] = a->mail[--a->nmail];
 		return 1;
 	}
@@ -214,20 +242,49 @@ static int pick_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out)
 
 int ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms)
 {
-	return wait_for(a, pick_event, 0, out, timeout_ms);
+	if (timeout_ms == 0)
+		ag_poll(a); /* "do not wait" still reads what has arrived */
+	return wait_for(a, pick_event, NULL, out, pd_deadline_ms(timeout_ms));
 }
 
 int ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms)
 {
-	int rc = wait_for(a, pick_mail, user, out, timeout_ms);
+	int rc = wait_for(a, pick_mail, &user, out, pd_deadline_ms(timeout_ms));
 
 	if (rc == -ETIMEDOUT) { /* a late answer must not stay in the mailbox */
 		(void)pthread_mutex_lock(&a->lock);
-		if (!pick_mail(a, user, out)) {
+		if (!pick_mail(a, &user, out)) {
 			a->abandoned[a->abandoned_next] = user;
 			a->abandoned_next = (a->abandoned_next + 1) % AG_MAX_ABANDONED;
 		}
 		(void)pthread_mutex_unlock(&a->lock);
 	}
 	return rc;
+}
+
+struct gate_key {
+	const uint8_t *id;
+	uint32_t len;
+};
+
+/* The request's gate has an answer other than "not admitted yet". */
+static int pick_gate(struct pd_agent *a, const void *key, void *out)
+{
+	const struct gate_key *k = key;
+	int rc = pd_reqtab_gate(&a->reqs, k->id, k->len);
+
+	*(int *)out = rc;
+	return rc != -EAGAIN;
+}
+
+int ag_wait_admitted(struct pd_agent *a, const uint8_t *id, uint32_t len, uint64_t deadline_ns)
+{
+	struct gate_key k = { id, len };
+	int gate = -EAGAIN, rc;
+
+	ag_poll(a); /* a timeout of 0 still sees an admission that has arrived */
+	rc = wait_for(a, pick_gate, &k, &gate, deadline_ns);
+	if (rc == -ENOTCONN)
+		return rc;
+	return rc == -ETIMEDOUT ? -EAGAIN : gate;
 }

@@ -9,6 +9,7 @@
 #include <pdkv/agent.h>
 
 #include "pd_layout.h"
+#include "pd_reqtab.h"
 
 #define AG_MAX_EVENTS    4096u /* completions waiting for pd_next_event() */
 #define AG_MAX_MAIL      256u  /* answers waiting for their caller */
@@ -49,6 +50,7 @@ struct pd_agent {
 	uint64_t next_user;
 	uint64_t cancelled[AG_MAX_CANCELLED]; /* request tags */
 	uint32_t ncancelled;
+	struct pd_reqtab reqs;       /* requests declared here: the staging gate */
 	struct ag_pin *pins;
 	uint32_t npins, pins_cap;
 	/* Our pin journal in shm (slot id - 1): the broker drops what it
@@ -77,6 +79,12 @@ int ag_submit(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
 int ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
 int ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms);
 int ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms);
+/* File what the broker has sent so far, without waiting (unless another
+ * thread is reading: then nothing). */
+void ag_poll(struct pd_agent *a);
+/* Until req_id may take staging or deadline_ns: pd_reqtab_gate()'s answer
+ * (-EAGAIN at the deadline); -ENOTCONN. */
+int ag_wait_admitted(struct pd_agent *a, const uint8_t *id, uint32_t len, uint64_t deadline_ns);
 int ag_is_cancelled(struct pd_agent *a, uint64_t tag);
 void ag_mark_cancelled(struct pd_agent *a, uint64_t tag);
 int ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id);

@@ -17,6 +17,7 @@ int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *sl
 	     uint32_t timeout_ms)
 {
 	size_t len = req_id ? strnlen(req_id, PD_REQ_ID_MAX + 1) : 0;
+	uint64_t deadline = pd_deadline_ms(timeout_ms) | 1; /* never 0: "do not wait" */
 	struct pd_pool_who who;
 	int rc;
 
@@ -29,13 +30,70 @@ int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *sl
 				    .check = ag_check_broker, .check_ctx = a };
 	if (ag_is_cancelled(a, who.tag))
 		return -ECANCELED;
-	/* A deadline, never 0: 0 would mean "do not wait" and -ENOBUFS. */
-	rc = pd_pool_alloc(&a->shm.send, &who, n, pd_deadline_ms(timeout_ms) | 1, slots);
+	/* Admission first, holding nothing; then the staging, FIFO. */
+	rc = ag_wait_admitted(a, (const uint8_t *)req_id, (uint32_t)len, deadline);
+	if (rc < 0)
+		return rc;
+	rc = pd_pool_alloc(&a->shm.send, &who, n, deadline, slots);
 	if (rc == 0 && ag_is_cancelled(a, who.tag)) {
 		(void)pd_pool_free(&a->shm.send, slots, n); /* cancelled meanwhile */
 		rc = -ECANCELED;
 	}
 	return rc == -ENOBUFS ? -ETIMEDOUT : rc;
+}
+
+static int decl_ok(const struct pd_agent *a, const struct pd_decl *d)
+{
+	size_t ep = d && d->endpoint ? strnlen(d->endpoint, PD_ENDPOINT_MAX + 1) : 0;
+
+	return send_side(a) && d && ep && ep <= PD_ENDPOINT_MAX && !d->flags &&
+	       d->world_size >= 1 && d->world_size <= PD_WORLD_MAX && d->rank < d->world_size;
+}
+
+int pd_declare(struct pd_agent *a, const struct pd_decl *d)
+{
+	struct pd_sqe e = { .op = PD_SQ_DECLARE };
+	struct pd_sqe_put *p = &e.u.put;
+	int rc;
+
+	if (!decl_ok(a, d) || ag_req_copy(p->req_id, &p->req_id_len, d->req_id) < 0)
+		return -EINVAL;
+	if (ag_check_broker(a) < 0)
+		return -ENOTCONN;
+	e.arg = d->timeout_ms;
+	p->total_chunks = d->total_chunks;
+	p->world_size = d->world_size;
+	p->rank = d->rank;
+	p->endpoint_len = (uint8_t)strlen(d->endpoint);
+	memcpy(p->endpoint, d->endpoint, p->endpoint_len);
+	(void)pthread_mutex_lock(&a->lock);
+	rc = pd_reqtab_declare(&a->reqs, p->req_id, p->req_id_len, d->rank);
+	(void)pthread_mutex_unlock(&a->lock);
+	if (rc < 0)
+		return rc;
+	rc = ag_submit(a, &e, 1);
+	if (rc < 0) { /* never reached the broker */
+		(void)pthread_mutex_lock(&a->lock);
+		pd_reqtab_undeclare(&a->reqs, p->req_id, p->req_id_len, d->rank);
+		(void)pthread_mutex_unlock(&a->lock);
+	}
+	return rc;
+}
+
+int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status)
+{
+	uint8_t id[PD_REQ_ID_MAX], len;
+	int rc;
+
+	if (!send_side(a) || ag_req_copy(id, &len, req_id) < 0)
+		return -EINVAL;
+	if (ag_check_broker(a) < 0)
+		return -ENOTCONN;
+	ag_poll(a);
+	(void)pthread_mutex_lock(&a->lock);
+	rc = pd_reqtab_state(&a->reqs, id, len, status);
+	(void)pthread_mutex_unlock(&a->lock);
+	return rc;
 }
 
 /* Loaned to this agent, at the generation the caller holds. */
@@ -173,7 +231,8 @@ int pd_next_event(struct pd_agent *a, struct pd_event *ev, uint32_t timeout_ms)
 	if (rc < 0)
 		return rc;
 	memset(ev, 0, sizeof(*ev));
-	ev->type = c.type == PD_CQ_PUT_DONE ? PD_EV_PUT_DONE : PD_EV_PUT_FAILED;
+	ev->type = c.type == PD_CQ_PUT_DONE ? PD_EV_PUT_DONE :
+		   c.type == PD_CQ_ADMITTED ? PD_EV_ADMITTED : PD_EV_PUT_FAILED;
 	ev->status = c.status;
 	ev->chunks = c.chunks;
 	ev->bytes = c.bytes;

@@ -147,8 +147,9 @@ static void on_tx(void *ctx, const struct pd_tx_info *i)
 {
 	static const char *const st[] = { [PD_TX_INFO_ALLOCATING] = "allocating",
 					   [PD_TX_INFO_WRITING] = "writing",
-					   [PD_TX_INFO_IDLE] = "idle",
-					   [PD_TX_INFO_DRAINING] = "draining" };
+					   [PD_TX_INFO_IDLE] = "admitted",
+					   [PD_TX_INFO_DRAINING] = "draining",
+					   [PD_TX_INFO_DECLARED] = "declared" };
 	struct req_row row = { .side = "send", .peer = i->peer, .chunks = i->total,
 			       .done = i->completed, .since_ns = i->start_ns,
 			       .id_len = i->req_id_len };

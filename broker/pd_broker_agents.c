@@ -9,13 +9,15 @@
 #include "pd_time.h"
 
 
-static void complete(struct pd_broker *b, uint32_t agent, uint32_t type, int32_t status,
-		     uint64_t user, const uint8_t *req, uint32_t len)
+/* A failure of a PUT or DECLARE entry e that the engine does not report itself. */
+static void complete(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, int32_t status)
 {
-	struct pd_cqe c = { .type = type, .status = status, .user = user,
-			    .req_id_len = (uint8_t)len };
+	const struct pd_sqe_put *p = &e->u.put;
+	uint32_t len = p->req_id_len <= PD_REQ_ID_MAX ? p->req_id_len : 0;
+	struct pd_cqe c = { .type = PD_CQ_PUT_FAILED, .status = status, .user = e->user,
+			    .req_id_len = (uint8_t)len, .rank = p->rank };
 
-	memcpy(c.req_id, req, len);
+	memcpy(c.req_id, p->req_id, len);
 	if (pd_agents_complete(b->agents, agent, &c) < 0)
 		PD_LOG_RL(WARN, ctl, "agent %u: completion lost", agent);
 }
@@ -73,13 +75,13 @@ static int submit_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *
 	int rc = broker_peer_of(b, p->endpoint, p->endpoint_len, &s.peer);
 
 	s.tag = pd_req_tag(p->req_id, p->req_id_len);
-	if (rc == 0)
-		rc = pd_tx_submit(b->tx, &s, pd_now_ns());
-	if (rc == -EINVAL || rc == -ENOMEM || rc == -EBUSY || rc == -ENOENT) {
+	if (rc < 0 || (rc = pd_tx_submit(b->tx, &s, pd_now_ns())) == -EINVAL || rc == -ENOMEM) {
 		(void)pd_pool_free(&b->shm.send, refs, n - 1); /* the engine did not take them */
 		return rc;
 	}
-	return 0; /* the engine took them, and reports failures itself */
+	/* The engine took the slots (and freed them if it refused the batch);
+	 * it reports failures of requests it holds itself. */
+	return rc == -EBUSY || rc == -ENOENT ? rc : 0;
 }
 
 static int on_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n)
@@ -93,9 +95,37 @@ static int on_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, u
 	if (rc == 0)
 		rc = submit_put(b, agent, e, n, ch, refs);
 	if (rc < 0)
-		complete(b, agent, PD_CQ_PUT_FAILED, rc, e->user, e->u.put.req_id,
-			 e->u.put.req_id_len < PD_REQ_ID_MAX ? e->u.put.req_id_len : 0);
+		complete(b, agent, e, rc);
 	return 0;
+}
+
+/* ---- DECLARE ---------------------------------------------------------------------- */
+
+static int declare_ok(const struct pd_sqe *e)
+{
+	const struct pd_sqe_put *p = &e->u.put;
+
+	return p->n == 0 && p->last == 0 && p->req_id_len >= 1 && p->req_id_len <= PD_REQ_ID_MAX &&
+	       p->endpoint_len >= 1 && p->endpoint_len <= PD_ENDPOINT_MAX && p->world_size >= 1 &&
+	       p->world_size <= PD_RX_MAX_RANKS && p->rank < p->world_size;
+}
+
+/* A request declared before staging: its Reserve goes out now. Failures the
+ * engine does not report itself end the agent's request here. */
+static void on_declare(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
+{
+	const struct pd_sqe_put *p = &e->u.put;
+	struct pd_tx_declare d = { .agent = agent, .req_id = p->req_id,
+				   .req_id_len = p->req_id_len, .rank = p->rank,
+				   .world_size = p->world_size, .total_chunks = p->total_chunks,
+				   .timeout_ns = (uint64_t)e->arg * PD_NS_PER_MS };
+	int rc = b->tx ? broker_peer_of(b, p->endpoint, p->endpoint_len, &d.peer) : -EINVAL;
+
+	d.tag = pd_req_tag(p->req_id, p->req_id_len);
+	if (rc == 0)
+		rc = pd_tx_declare(b->tx, &d, pd_now_ns());
+	if (rc < 0 && rc != -ECANCELED)
+		complete(b, agent, e, rc);
 }
 
 /* ---- cancel and the receive side ------------------------------------------------ */
@@ -201,6 +231,11 @@ static int on_sqes(void *ctx, uint32_t agent, const struct pd_sqe *e, uint32_t n
 	switch (e->op) {
 	case PD_SQ_PUT:
 		return on_put(b, agent, e, n);
+	case PD_SQ_DECLARE:
+		if (!declare_ok(e))
+			return -EPROTO;
+		on_declare(b, agent, e);
+		return 0;
 	case PD_SQ_CANCEL:
 		if (!req_ok(e))
 			return -EPROTO;

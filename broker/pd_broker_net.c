@@ -106,6 +106,20 @@ static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
 	send_msg(b, v->peer, &m);
 }
 
+static void tx_send_reserve(void *ctx, const struct pd_tx_batch_view *v)
+{
+	struct pd_broker *b = ctx;
+	struct pd_msg m = { .type = PD_MSG_RESERVE };
+
+	if (broker_xport_refuse(b, v))
+		return; /* --require not met: failed in before_sleep */
+	m.u.reserve = (struct pd_msg_reserve){ .seq = v->seq,
+					       .req_id = { v->req_id, v->req_id_len },
+					       .total_chunks = v->total_chunks,
+					       .world_size = v->world_size, .rank = v->rank };
+	send_msg(b, v->peer, &m);
+}
+
 static int tx_write(void *ctx, const struct pd_tx_batch_view *v)
 {
 	struct pd_broker *b = ctx;
@@ -175,7 +189,7 @@ static void tx_agent_event(void *ctx, const struct pd_tx_result *r)
 	struct pd_broker *b = ctx;
 	struct pd_cqe c = { .type = r->status ? PD_CQ_PUT_FAILED : PD_CQ_PUT_DONE,
 			    .status = r->status, .chunks = r->chunks, .bytes = r->bytes,
-			    .req_id_len = (uint8_t)r->req_id_len };
+			    .req_id_len = (uint8_t)r->req_id_len, .rank = r->rank };
 
 	memcpy(c.req_id, r->req_id, r->req_id_len);
 	(void)pd_agents_complete(b->agents, r->agent, &c);
@@ -191,6 +205,17 @@ static void tx_agent_event(void *ctx, const struct pd_tx_result *r)
 	}
 }
 
+static void tx_admitted(void *ctx, const struct pd_tx_result *r)
+{
+	struct pd_broker *b = ctx;
+	struct pd_cqe c = { .type = PD_CQ_ADMITTED, .chunks = r->chunks,
+			    .req_id_len = (uint8_t)r->req_id_len, .rank = r->rank };
+
+	memcpy(c.req_id, r->req_id, r->req_id_len);
+	if (pd_agents_complete(b->agents, r->agent, &c) < 0)
+		PD_LOG_RL(WARN, ctl, "agent %u: admission event lost", r->agent);
+}
+
 static void tx_wake_alloc(void *ctx, uint64_t tag)
 {
 	struct pd_broker *b = ctx;
@@ -199,7 +224,8 @@ static void tx_wake_alloc(void *ctx, uint64_t tag)
 }
 
 const struct pd_tx_ops pd_broker_tx_ops = {
-	.send_alloc = tx_send_alloc, .write = tx_write, .free_slots = tx_free_slots,
+	.send_alloc = tx_send_alloc, .send_reserve = tx_send_reserve, .admitted = tx_admitted,
+	.write = tx_write, .free_slots = tx_free_slots,
 	.put_done = tx_put_done, .cancel_notif = tx_cancel_notif,
 	.proxy_notif = tx_proxy_notif, .agent_event = tx_agent_event,
 	.wake_alloc = tx_wake_alloc,
@@ -272,6 +298,19 @@ static void on_alloc_req(struct pd_broker *b, uint32_t peer, const struct pd_msg
 	b->cur_req = NULL;
 }
 
+static void on_reserve(struct pd_broker *b, uint32_t peer, const struct pd_msg_reserve *q)
+{
+	struct pd_rx_reserve r = { .peer = peer, .seq = q->seq, .req_id = q->req_id.p,
+				   .req_id_len = q->req_id.len, .total_chunks = q->total_chunks,
+				   .world_size = q->world_size, .rank = q->rank };
+
+	if (!b->rx) {
+		rx_reply(b, peer, q->seq, -EINVAL, NULL, 0, NULL, 0);
+		return;
+	}
+	(void)pd_rx_reserve(b->rx, &r, pd_now_ns()); /* answered now, or on admission */
+}
+
 static void on_alloc_resp(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_resp *r)
 {
 	struct pd_tx_resp t = { .peer = peer, .seq = r->seq, .err = r->err, .n = r->n,
@@ -292,6 +331,9 @@ static void on_msg(void *ctx, uint32_t peer, const struct pd_msg *m)
 		break;
 	case PD_MSG_ALLOC_RESP:
 		on_alloc_resp(b, peer, &m->u.alloc_resp);
+		break;
+	case PD_MSG_RESERVE:
+		on_reserve(b, peer, &m->u.reserve);
 		break;
 	case PD_MSG_PUT_DONE:
 		broker_put_done(b, peer, &m->u.put_done);

@@ -26,7 +26,7 @@ struct field {
 #define F(s, f, k) { #f, offsetof(struct s, f), k }
 
 static const struct field rx_fields[] = {
-	F(pd_rx_stats, batches, C), F(pd_rx_stats, granted, C), F(pd_rx_stats, deduped, C),
+	F(pd_rx_stats, batches, C), F(pd_rx_stats, reserves, C), F(pd_rx_stats, granted, C), F(pd_rx_stats, deduped, C),
 	F(pd_rx_stats, committed, C), F(pd_rx_stats, ready, C), F(pd_rx_stats, released, C),
 	F(pd_rx_stats, failed, C), F(pd_rx_stats, cancelled, C),
 	F(pd_rx_stats, ttl_reclaimed, C), F(pd_rx_stats, rejected_tomb, C),
@@ -44,12 +44,13 @@ static const struct field admit_fields[] = {
 };
 
 static const struct field tx_fields[] = {
-	F(pd_tx_stats, batches, C), F(pd_tx_stats, chunks, C), F(pd_tx_stats, bytes, C),
+	F(pd_tx_stats, batches, C), F(pd_tx_stats, declared, C), F(pd_tx_stats, admitted, C),
+	F(pd_tx_stats, chunks, C), F(pd_tx_stats, bytes, C),
 	F(pd_tx_stats, requests_done, C), F(pd_tx_stats, requests_failed, C),
 	F(pd_tx_stats, requests_cancelled, C), F(pd_tx_stats, stale_responses, C),
 	F(pd_tx_stats, refused, C), F(pd_tx_stats, live_requests, G),
 	F(pd_tx_stats, live_batches, G), F(pd_tx_stats, writes_in_flight, G),
-	F(pd_tx_stats, tombstones, G),
+	F(pd_tx_stats, tombstones, G), F(pd_tx_stats, admitting, G),
 };
 
 static const struct field ctrl_fields[] = {

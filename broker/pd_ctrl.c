@@ -338,6 +338,7 @@ static int sendable(const struct pd_msg *m)
 	case PD_MSG_ALLOC_RESP:
 	case PD_MSG_PUT_DONE:
 	case PD_MSG_CANCEL:
+	case PD_MSG_RESERVE:
 		return 1;
 	case PD_MSG_ERROR:  /* -ENOTCONN means "no session": the ctrl's own */
 		return m->u.error.code != -ENOTCONN;

@@ -4,7 +4,7 @@
  * (a Hello from that routing id) unless it is a Hello; a message on a
  * DEALER needs that DEALER's HelloAck unless it is the HelloAck. Heartbeats
  * and the handshake stay here; AllocRequest, AllocResponse, PutDone,
- * CancelNotif and Error go to ops->on_msg.
+ * CancelNotif, Reserve and Error go to ops->on_msg.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +23,8 @@ static uint64_t seq_of(const struct pd_msg *m)
 		return m->u.alloc_resp.seq;
 	case PD_MSG_PUT_DONE:
 		return m->u.put_done.seq;
+	case PD_MSG_RESERVE:
+		return m->u.reserve.seq;
 	default:
 		return 0;
 	}
@@ -119,6 +121,7 @@ static void deliver(struct pd_ctrl *c, struct pd_ctrl_peer *p, const struct pd_c
 	case PD_MSG_ALLOC_REQ:
 	case PD_MSG_PUT_DONE:
 	case PD_MSG_CANCEL:
+	case PD_MSG_RESERVE:
 		p->reply_path = f->d ? PD_CTRL_PATH_DEALER : PD_CTRL_PATH_ROUTER;
 		break;
 	default:

@@ -55,6 +55,18 @@ struct pd_rx_alloc {
 	uint32_t world_size;         /* 1..PD_RX_MAX_RANKS */
 	uint32_t rank;
 	uint32_t is_last;
+	uint32_t reserve;            /* 1: a Reserve (pd_rx_reserve()), no keys */
+};
+
+/* A Reserve: one sender rank declares its total before any batch. */
+struct pd_rx_reserve {
+	uint32_t peer;
+	uint64_t seq;
+	const uint8_t *req_id;
+	uint32_t req_id_len;         /* 1..PD_REQ_ID_MAX */
+	uint32_t total_chunks;       /* this rank's total, >= 1 */
+	uint32_t world_size;         /* 1..PD_RX_MAX_RANKS */
+	uint32_t rank;
 };
 
 /* What callbacks see of a request. */
@@ -94,7 +106,7 @@ struct pd_rx_opts {
 };
 
 struct pd_rx_stats {
-	uint64_t batches, granted, deduped, committed;
+	uint64_t batches, reserves, granted, deduped, committed;
 	uint64_t ready, released, failed, cancelled, ttl_reclaimed;
 	uint64_t rejected_tomb, rejected_zero, rejected_big, rejected_busy;
 	uint64_t proto_errors, grant_errors, late_putdone;
@@ -113,6 +125,20 @@ void pd_rx_destroy(struct pd_rx *rx);
  *         admission; -EINVAL malformed (answered with an error reply).
  */
 int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns);
+
+/**
+ * A Reserve (the sender declares a request before staging it). The first
+ * rank's Reserve asks admission for the whole request, as a first
+ * AllocRequest does (gang: total_chunks x world_size); a later rank's
+ * joins it. It is answered through ops->reply with no indexes once the
+ * request is admitted (at once when it already is), or with an error:
+ * -E2BIG larger than the pool, -EBUSY too many requests, -ECANCELED
+ * tombstoned, -ETIMEDOUT not admitted in time, -EPROTO a rank reserved
+ * twice, after its batches, or totals that disagree (the request is rolled
+ * back). Batches of the rank must then agree with it.
+ * @return 0 answered; 1 held until admission; -EINVAL malformed (answered).
+ */
+int pd_rx_reserve(struct pd_rx *rx, const struct pd_rx_reserve *q, uint64_t now_ns);
 
 /**
  * PutDone from peer: the data of these slots is in place.

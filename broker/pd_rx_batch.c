@@ -18,6 +18,8 @@ static int alloc_ok(const struct pd_rx_alloc *a)
 	    a->nkeys > PD_RX_MAX_BATCH || (a->nkeys && !a->keys) || a->world_size == 0 ||
 	    a->world_size > PD_RX_MAX_RANKS || a->rank >= a->world_size)
 		return 0;
+	if (a->reserve && (!a->req_id_len || a->nkeys || a->is_last || !a->total_chunks))
+		return 0;
 	for (uint32_t i = 0; i < a->nkeys; i++)
 		if (a->keys[i].len == 0 || a->keys[i].len > PD_KEY_MAX || !a->keys[i].p)
 			return 0;
@@ -104,7 +106,10 @@ int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
 			reply_err(rx, a, -EINVAL);
 		return -EINVAL;
 	}
-	rx->st.batches++;
+	if (a->reserve)
+		rx->st.reserves++;
+	else
+		rx->st.batches++;
 	r = rx_find(rx, a->req_id, a->req_id_len);
 	if (!r) {
 		rc = start_req(rx, a, now_ns);
@@ -119,6 +124,18 @@ int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
 	}
 	rx_settle(rx, now_ns);
 	return rc;
+}
+
+int pd_rx_reserve(struct pd_rx *rx, const struct pd_rx_reserve *q, uint64_t now_ns)
+{
+	struct pd_rx_alloc a;
+
+	if (!q)
+		return -EINVAL;
+	a = (struct pd_rx_alloc){ .peer = q->peer, .seq = q->seq, .req_id = q->req_id,
+				  .req_id_len = q->req_id_len, .total_chunks = q->total_chunks,
+				  .world_size = q->world_size, .rank = q->rank, .reserve = 1 };
+	return pd_rx_alloc(rx, &a, now_ns);
 }
 
 /* ---- holding batches while waiting -------------------------------------- */
@@ -194,6 +211,8 @@ static int batch_fits(const struct rx_req *r, const struct pd_rx_alloc *a)
 	if (r->rank_last & (1ull << a->rank))
 		return 0; /* a batch after the rank's last one */
 	seen = r->rank_seen[a->rank];
+	if (a->reserve) /* once per rank, before its batches */
+		return !(r->rank_resv & (1ull << a->rank)) && !r->rank_peer[a->rank];
 	if ((uint64_t)seen + a->nkeys > r->total)
 		return 0; /* more chunks than declared */
 	return !a->is_last || seen + a->nkeys == r->total;
@@ -334,6 +353,8 @@ int rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a
 		r->rank_peer[a->rank] = a->peer + 1;
 		if (a->is_last)
 			r->rank_last |= 1ull << a->rank;
+		if (a->reserve)
+			r->rank_resv |= 1ull << a->rank;
 	}
 	rx->o.ops->reply(rx->o.ctx, a->peer, a->seq, 0, rx->remote, a->nkeys, rx->already,
 			 nalready);

@@ -75,6 +75,7 @@ struct rx_req {
 	uint32_t *rank_seen;         /* chunks per rank */
 	uint32_t *rank_peer;         /* peer + 1 per rank, 0 = none yet */
 	uint64_t rank_last;          /* bit per rank: last batch seen */
+	uint64_t rank_resv;          /* bit per rank: its Reserve was run */
 	uint32_t id_len;
 	uint8_t id[PD_REQ_ID_MAX];
 };

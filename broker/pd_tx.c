@@ -102,7 +102,7 @@ void pd_tx_result(const struct pd_tx_req *r, struct pd_tx_result *out)
 	};
 }
 
-static void batch_view(const struct pd_tx_batch *b, struct pd_tx_batch_view *v)
+void pd_tx_batch_view(const struct pd_tx_batch *b, struct pd_tx_batch_view *v)
 {
 	const struct pd_tx_req *r = b->req;
 
@@ -131,8 +131,9 @@ static void free_staging(struct pd_tx *tx, const struct pd_tx_chunk *c, uint32_t
 
 static int ops_valid(const struct pd_tx_ops *ops)
 {
-	return ops && ops->send_alloc && ops->write && ops->free_slots && ops->put_done &&
-	       ops->cancel_notif && ops->proxy_notif && ops->agent_event && ops->wake_alloc;
+	return ops && ops->send_alloc && ops->send_reserve && ops->admitted && ops->write &&
+	       ops->free_slots && ops->put_done && ops->cancel_notif && ops->proxy_notif &&
+	       ops->agent_event && ops->wake_alloc;
 }
 
 int pd_tx_create(const struct pd_tx_opts *o, struct pd_tx **out)
@@ -156,6 +157,7 @@ int pd_tx_create(const struct pd_tx_opts *o, struct pd_tx **out)
 	TAILQ_INIT(&tx->live);
 	TAILQ_INIT(&tx->tombs);
 	TAILQ_INIT(&tx->waiting);
+	TAILQ_INIT(&tx->admitting);
 	*out = tx;
 	return 0;
 }
@@ -198,20 +200,22 @@ void pd_tx_get_stats(const struct pd_tx *tx, struct pd_tx_stats *out)
 
 /* ---- requests and batches ---------------------------------------------------- */
 
-static struct pd_tx_req *req_new(struct pd_tx *tx, const struct pd_tx_submit *s)
+struct pd_tx_req *pd_tx_req_new(struct pd_tx *tx, const struct pd_tx_declare *d,
+				uint64_t now_ns)
 {
 	struct pd_tx_req *r = calloc(1, sizeof(*r));
 
 	if (!r)
 		return NULL;
-	req_key(r, s->req_id, s->req_id_len, s->rank);
+	req_key(r, d->req_id, d->req_id_len, d->rank);
 	TAILQ_INIT(&r->batches);
 	r->state = PD_TXR_LIVE;
-	r->agent = s->agent;
-	r->peer = s->peer;
-	r->world_size = s->world_size;
-	r->total = s->total_chunks;
-	r->tag = s->tag;
+	r->agent = d->agent;
+	r->peer = d->peer;
+	r->world_size = d->world_size;
+	r->total = d->total_chunks;
+	r->tag = d->tag;
+	r->start_ns = now_ns;
 	RB_INSERT(pd_tx_req_tree, &tx->reqs, r);
 	TAILQ_INSERT_TAIL(&tx->live, r, link);
 	tx->nreqs++;
@@ -247,52 +251,68 @@ struct pd_tx_req *pd_tx_req_tomb_new(struct pd_tx *tx, const uint8_t *id, uint32
 	return r;
 }
 
-/* Undo req_new() (a fresh request whose first batch could not be allocated). */
-static void req_unnew(struct pd_tx *tx, struct pd_tx_req *r)
+/* Undo pd_tx_req_new() (a fresh request that could not be started). */
+void pd_tx_req_unnew(struct pd_tx *tx, struct pd_tx_req *r)
 {
 	TAILQ_REMOVE(&tx->live, r, link);
 	tx->st.live_requests--;
 	pd_tx_req_free(tx, r);
 }
 
-static struct pd_tx_batch *batch_new(struct pd_tx *tx, struct pd_tx_req *r,
-				     const struct pd_tx_submit *s, uint64_t now_ns)
+/* A batch of n chunks (copied from c), or a Reserve (reserve = 1, n = 0):
+ * seq assigned, linked to r, waiting for its answer until deadline. */
+struct pd_tx_batch *pd_tx_batch_new(struct pd_tx *tx, struct pd_tx_req *r,
+				    const struct pd_tx_chunk *c, uint32_t n, uint64_t deadline)
 {
-	size_t sz = sizeof(struct pd_tx_batch) +
-		    (size_t)s->n * (sizeof(struct pd_tx_chunk) + sizeof(int32_t));
+	size_t sz = sizeof(struct pd_tx_batch) + (size_t)n * (sizeof(*c) + sizeof(int32_t));
 	struct pd_tx_batch *b = malloc(sz);
 	uint32_t i;
 
 	if (!b)
 		return NULL;
 	memset(b, 0, sizeof(*b));
-	memcpy(b->chunks, s->chunks, (size_t)s->n * sizeof(struct pd_tx_chunk));
-	b->remote = (int32_t *)(void *)(b->chunks + s->n);
-	for (i = 0; i < s->n; i++)
-		b->bytes += s->chunks[i].len;
+	if (n)
+		memcpy(b->chunks, c, (size_t)n * sizeof(*c));
+	b->remote = (int32_t *)(void *)(b->chunks + n);
+	for (i = 0; i < n; i++)
+		b->bytes += c[i].len;
 	b->req = r;
 	b->seq = tx->next_seq++;
-	b->n = s->n;
-	b->is_last = s->is_last;
+	b->n = n;
 	b->state = PD_TXB_WAIT;
-	b->deadline = tx->alloc_timeout_ns ? pd_tx_deadline(now_ns, tx->alloc_timeout_ns) :
-					     UINT64_MAX;
+	b->deadline = deadline;
 	RB_INSERT(pd_tx_batch_tree, &tx->batches, b);
 	TAILQ_INSERT_TAIL(&r->batches, b, req_link);
+	return b;
+}
+
+static struct pd_tx_batch *batch_new(struct pd_tx *tx, struct pd_tx_req *r,
+				     const struct pd_tx_submit *s, uint64_t now_ns)
+{
+	uint64_t deadline = tx->alloc_timeout_ns ? pd_tx_deadline(now_ns, tx->alloc_timeout_ns) :
+						   UINT64_MAX;
+	struct pd_tx_batch *b = pd_tx_batch_new(tx, r, s->chunks, s->n, deadline);
+
+	if (!b)
+		return NULL;
+	b->is_last = s->is_last;
 	TAILQ_INSERT_TAIL(&tx->waiting, b, wait_link);
 	tx->st.live_batches++;
 	return b;
 }
 
 /* Unlink and free b; its staging must have been returned. */
-static void batch_del(struct pd_tx *tx, struct pd_tx_batch *b)
+void pd_tx_batch_del(struct pd_tx *tx, struct pd_tx_batch *b)
 {
 	PD_ASSERT(b->state != PD_TXB_WRITING);
 	if (b->state == PD_TXB_WAIT)
-		TAILQ_REMOVE(&tx->waiting, b, wait_link);
+		TAILQ_REMOVE(b->reserve ? &tx->admitting : &tx->waiting, b, wait_link);
 	RB_REMOVE(pd_tx_batch_tree, &tx->batches, b);
 	TAILQ_REMOVE(&b->req->batches, b, req_link);
-	tx->st.live_batches--;
+	if (b->reserve)
+		tx->st.admitting--;
+	else
+		tx->st.live_batches--;
 	free(b);
 }
 
@@ -300,7 +320,7 @@ void pd_tx_batch_drop(struct pd_tx *tx, struct pd_tx_batch *b)
 {
 	PD_ASSERT(b->state != PD_TXB_WRITING);
 	free_staging(tx, b->chunks, b->n);
-	batch_del(tx, b);
+	pd_tx_batch_del(tx, b);
 }
 
 /* ---- submit ------------------------------------------------------------------ */
@@ -340,26 +360,6 @@ static int refuse(struct pd_tx *tx, const struct pd_tx_submit *s, int err)
 	return err;
 }
 
-/* The first batch of a rank of a request cancelled before that rank was
- * seen: refused, and (once: a tombstone of the rank remembers it) the
- * agent told, as for any other rank of the request. */
-static int refuse_unseen(struct pd_tx *tx, const struct pd_tx_submit *s, uint64_t now_ns)
-{
-	struct pd_tx_result res = { .agent = s->agent, .peer = s->peer, .req_id = s->req_id,
-				    .req_id_len = s->req_id_len, .rank = s->rank,
-				    .world_size = s->world_size, .status = -ECANCELED };
-
-	(void)refuse(tx, s, -ECANCELED);
-	if (!pd_tx_req_tomb_new(tx, s->req_id, s->req_id_len, s->rank,
-				pd_tx_deadline(now_ns, tx->tombstone_ns)))
-		return -ECANCELED; /* no room to remember: told again next time */
-	if (tx->notify_failures)
-		tx->ops.proxy_notif(tx->ctx, &res);
-	tx->ops.agent_event(tx->ctx, &res);
-	tx->st.requests_cancelled++;
-	return -ECANCELED;
-}
-
 static int accept(struct pd_tx *tx, struct pd_tx_req *r, const struct pd_tx_submit *s,
 		  uint64_t now_ns)
 {
@@ -372,6 +372,8 @@ static int accept(struct pd_tx *tx, struct pd_tx_req *r, const struct pd_tx_subm
 			return -ENOMEM;
 	}
 	r->tag = s->tag;
+	if (!r->first_ns)
+		r->first_ns = now_ns;
 	r->submitted += s->n;
 	r->last_seen = (uint8_t)s->is_last;
 	if (!b) {
@@ -380,7 +382,7 @@ static int accept(struct pd_tx *tx, struct pd_tx_req *r, const struct pd_tx_subm
 	}
 	r->alloc_sent = 1;
 	tx->st.batches++;
-	batch_view(b, &v);
+	pd_tx_batch_view(b, &v);
 	tx->ops.send_alloc(tx->ctx, &v);
 	return 0;
 }
@@ -388,34 +390,22 @@ static int accept(struct pd_tx *tx, struct pd_tx_req *r, const struct pd_tx_subm
 int pd_tx_submit(struct pd_tx *tx, const struct pd_tx_submit *s, uint64_t now_ns)
 {
 	struct pd_tx_req *r;
-	int fresh = 0, rc;
 
 	if (!tx || !submit_valid(s))
 		return -EINVAL;
 	r = pd_tx_req_find(tx, s->req_id, s->req_id_len, s->rank);
-	if (!r && pd_tx_req_find(tx, s->req_id, s->req_id_len, PD_TX_ANY_RANK))
-		return refuse_unseen(tx, s, now_ns);
-	if (!r) {
-		if (tx->nreqs >= tx->max_requests)
-			return refuse(tx, s, -EBUSY);
-		r = req_new(tx, s);
-		if (!r)
-			return -ENOMEM;
-		r->start_ns = now_ns;
-		fresh = 1;
-	} else if (r->state != PD_TXR_LIVE) {
+	if (!r)
+		return refuse(tx, s, -ENOENT); /* never declared: no staging without admission */
+	if (r->state != PD_TXR_LIVE) {
 		/* Ended: a completed request refuses as a protocol error. */
 		return refuse(tx, s, r->state == PD_TXR_TOMB && !r->status ? -EPROTO : -ECANCELED);
 	}
-	if (!submit_fits(r, s)) {
+	if (r->admit != PD_TXA_OK || !submit_fits(r, s)) {
 		refuse(tx, s, -EPROTO);
 		pd_tx_req_abort(tx, r, -EPROTO, PD_TX_WHY_FAIL, now_ns);
 		return -EPROTO;
 	}
-	rc = accept(tx, r, s, now_ns);
-	if (rc && fresh)
-		req_unnew(tx, r);
-	return rc;
+	return accept(tx, r, s, now_ns);
 }
 
 /* ---- AllocResponse ------------------------------------------------------------ */
@@ -463,14 +453,14 @@ static void batch_complete(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now
 			tx->idx[k++] = b->remote[i];
 	free_staging(tx, b->chunks, b->n);
 	if (k) {
-		batch_view(b, &v);
+		pd_tx_batch_view(b, &v);
 		tx->ops.put_done(tx->ctx, &v, tx->idx, k);
 	}
 	r->completed += b->n;
 	r->bytes += b->bytes;
 	tx->st.chunks += b->n;
 	tx->st.bytes += b->bytes;
-	batch_del(tx, b);
+	pd_tx_batch_del(tx, b);
 	pd_tx_req_settle(tx, r, now_ns);
 }
 
@@ -490,7 +480,7 @@ static void batch_post(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now_ns)
 	b->state = PD_TXB_WRITING;
 	r->inflight++;
 	tx->st.writes_in_flight++;
-	batch_view(b, &v);
+	pd_tx_batch_view(b, &v);
 	rc = tx->ops.write(tx->ctx, &v);
 	if (rc >= 0)
 		return;
@@ -516,6 +506,8 @@ int pd_tx_alloc_resp(struct pd_tx *tx, const struct pd_tx_resp *m, uint64_t now_
 		pd_tx_req_abort(tx, b->req, m->err < 0 ? m->err : -EPROTO, PD_TX_WHY_FAIL, now_ns);
 		return 0;
 	}
+	if (b->reserve)
+		return pd_tx_reserve_done(tx, b, m, now_ns);
 	rc = map_remote(b, m);
 	if (rc) {
 		pd_tx_req_abort(tx, b->req, rc, PD_TX_WHY_FAIL, now_ns);
@@ -565,6 +557,8 @@ static uint32_t info_state(const struct pd_tx_req *r)
 
 	if (r->state == PD_TXR_ABORTING)
 		return PD_TX_INFO_DRAINING;
+	if (r->admit == PD_TXA_WAIT)
+		return PD_TX_INFO_DECLARED;
 	if (r->inflight)
 		return PD_TX_INFO_WRITING;
 	TAILQ_FOREACH(b, &r->batches, req_link)

@@ -8,8 +8,16 @@
  * The broker's control thread owns it.
  *
  * A tx request is (req_id, rank): the chunks one prefill rank sends for one
- * inference request to one peer. Per request it tracks the declared total,
- * the chunks completed, whether the last batch was seen, and its batches:
+ * inference request to one peer. It starts with a declaration, before any
+ * staging (pd_tx_declare): a Reserve goes to the peer at once, and the
+ * request is ADMITTED when the peer answers it (the receiver reserved room
+ * for every chunk of every rank). Only an admitted request takes batches:
+ * a batch of a request never declared is refused (-ENOENT), one of a
+ * request not admitted yet fails it (-EPROTO). So every batch the engine
+ * holds belongs to an admitted request, whose grants never wait at the
+ * receiver: staging always drains (see docs/design.md, "No deadlock").
+ * Per request it tracks the declared total, the chunks completed, whether
+ * the last batch was seen, and its batches:
  *
  *   submit -> SENDING (AllocRequest out, seq assigned) -> response:
  *     grants -> WRITING (writes posted) -> write done -> staging freed,
@@ -40,8 +48,8 @@
  * Arrays passed to callbacks are valid only during the call.
  *
  * Who tells the agent: agent_event is emitted only for requests the engine
- * holds. When pd_tx_submit returns -EINVAL, -ENOMEM or -EBUSY no request
- * was touched and the caller reports the failure; on -EPROTO the engine
+ * holds. When pd_tx_submit returns -EINVAL, -ENOMEM, -EBUSY or -ENOENT no
+ * request was touched and the caller reports the failure; on -EPROTO the engine
  * failed the request (PUT_FAILED follows through agent_event); on
  * -ECANCELED the request had already ended and been reported.
  * A request ended (done or failed) stays tombstoned for tombstone_ns:
@@ -78,7 +86,20 @@ struct pd_tx_submit {
 	const struct pd_tx_chunk *chunks;
 };
 
-/* What a callback sees of a batch. */
+/* A request declared before any of it is staged (pd_declare). */
+struct pd_tx_declare {
+	uint32_t agent;                /* agent id (who gets events) */
+	uint64_t tag;                  /* request tag for wake_alloc */
+	uint32_t peer;                 /* receiver broker id */
+	const uint8_t *req_id;
+	uint32_t req_id_len;           /* 1..PD_REQ_ID_MAX */
+	uint32_t rank;
+	uint32_t world_size;           /* >= 1, rank < world_size */
+	uint32_t total_chunks;         /* this rank's total; 0: nothing to send (admitted at once) */
+	uint64_t timeout_ns;           /* admission deadline from now; 0: alloc_timeout_ns */
+};
+
+/* What a callback sees of a batch (n = 0 for a Reserve). */
 struct pd_tx_batch_view {
 	uint64_t seq;
 	uint32_t peer;
@@ -109,6 +130,12 @@ struct pd_tx_result {
 struct pd_tx_ops {
 	/* Send an AllocRequest for this batch (seq set). */
 	void (*send_alloc)(void *ctx, const struct pd_tx_batch_view *b);
+	/* Send a Reserve (seq, req_id, rank, world_size, total_chunks set;
+	 * n = 0): the peer answers it like an AllocRequest, with no indexes. */
+	void (*send_reserve)(void *ctx, const struct pd_tx_batch_view *b);
+	/* The request is admitted (status 0, chunks = its total): the agent
+	 * may stage it. At most once per request, before any other event. */
+	void (*admitted)(void *ctx, const struct pd_tx_result *r);
 	/* Post the writes of this batch (remote set): 0, and the outcome is reported
 	 * later with pd_tx_write_done(); or a negative errno when nothing was
 	 * posted: the request fails with it at once (no pd_tx_write_done then).
@@ -145,12 +172,14 @@ struct pd_tx_opts {
 
 struct pd_tx_stats {
 	uint64_t batches;              /* AllocRequests sent */
+	uint64_t declared, admitted;   /* requests declared; of them, admitted */
 	uint64_t chunks, bytes;        /* completed (written, or already at the receiver) */
 	uint64_t requests_done, requests_failed;
 	uint64_t requests_cancelled;   /* cancel and agent_gone */
 	uint64_t stale_responses;      /* AllocResponses for unknown or dead batches */
 	uint64_t refused;              /* submits refused after validation (staging freed) */
 	uint64_t live_requests, live_batches, writes_in_flight; /* gauges */
+	uint64_t admitting;            /* gauge: declared, waiting for admission */
 	uint64_t tombstones;           /* gauge: ended requests still remembered */
 };
 
@@ -161,17 +190,32 @@ int pd_tx_create(const struct pd_tx_opts *o, struct pd_tx **out);
 void pd_tx_destroy(struct pd_tx *tx);
 
 /**
+ * A request declared by an agent, before any staging. Assigns a seq and
+ * calls send_reserve (or, with total_chunks 0, admitted at once); the
+ * answer is an AllocResponse of that seq (pd_tx_alloc_resp): admitted
+ * (admitted op) or failed (PUT_FAILED). No answer within the deadline:
+ * the request fails with -ETIMEDOUT (CancelNotif to the peer).
+ * @return 0; -EINVAL bad fields; -EEXIST (req_id, rank) is known (live or
+ *         ended recently); -EBUSY too many requests; -ENOMEM; -ECANCELED
+ *         the request was cancelled before this rank was declared (the
+ *         engine reported it: PUT_FAILED -ECANCELED). On the other errors
+ *         the caller reports the failure.
+ */
+int pd_tx_declare(struct pd_tx *tx, const struct pd_tx_declare *d, uint64_t now_ns);
+
+/**
  * A batch from an agent. Assigns a seq and calls send_alloc. A zero-chunk
  * batch must have is_last set; it sends nothing and only marks the last
  * batch as seen.
  * @return 0; -EINVAL bad fields (NULLs, lengths, rank >= world_size, a
  *         zero-chunk batch not last, n > PD_TX_MAX_BATCH, klen 0);
+ *         -ENOENT (req_id, rank) was never declared (staging freed);
  *         -ECANCELED (req_id, rank) failed or cancelled (the batch's
  *         staging is freed); -EPROTO inconsistent with itself or earlier
  *         batches (other agent, peer, world_size or total, a batch after
  *         the last one, more chunks than declared, a last batch leaving
- *         fewer): the request fails (or, completed, stays so); -EBUSY too
- *         many requests; -ENOMEM.
+ *         fewer, a batch before the request is admitted): the request
+ *         fails (or, completed, stays so); -ENOMEM.
  * On every error except -EINVAL/-ENOMEM the staging slots are freed
  * through free_slots; on -EINVAL/-ENOMEM the caller keeps them.
  */
@@ -192,7 +236,9 @@ struct pd_tx_resp {
  * The AllocResponse for seq from peer. Positions in already_sent need no
  * write (their remote index is ignored) and count as completed. err != 0:
  * the request fails with err (err > 0: with -EPROTO); a failed remote
- * index (< 0) at a position to write: with -ENOBUFS.
+ * index (< 0) at a position to write: with -ENOBUFS. For the seq of a
+ * Reserve: err 0 with no indexes admits the request; indexes fail it
+ * (-EPROTO).
  * @return 0 (also when the response failed the request); -EINVAL NULLs;
  *         -ENOENT unknown/stale seq, another peer, or a second response
  *         (ignored, counted); -EPROTO the response does not match the
@@ -235,6 +281,7 @@ const struct pd_stat_hist *pd_tx_req_hist(const struct pd_tx *tx);
 #define PD_TX_INFO_WRITING    2u /* writes in flight */
 #define PD_TX_INFO_IDLE       3u /* waiting for the agent's next batch */
 #define PD_TX_INFO_DRAINING   4u /* failed; waits for its posted writes */
+#define PD_TX_INFO_DECLARED   5u /* declared; its Reserve waits for admission */
 struct pd_tx_info {
 	const uint8_t *req_id;
 	uint32_t req_id_len;
@@ -242,6 +289,10 @@ struct pd_tx_info {
 	uint32_t total, completed;
 	uint64_t start_ns;
 };
+
+/* Full consistency check (tests): every batch belongs to an admitted live
+ * request, the gauges agree with the lists. 0 or -EPROTO. */
+int pd_tx_check(const struct pd_tx *tx);
 
 /* Call fn for every live request (not tombstones), oldest first. */
 void pd_tx_foreach(const struct pd_tx *tx, void (*fn)(void *ctx, const struct pd_tx_info *i),

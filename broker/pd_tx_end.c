@@ -41,12 +41,13 @@ static void entomb(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns)
 static void finish_done(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns)
 {
 	struct pd_tx_result res;
+	uint64_t t0 = r->first_ns ? r->first_ns : r->start_ns;
 
 	pd_tx_result(r, &res);
 	tx->ops.proxy_notif(tx->ctx, &res);
 	tx->ops.agent_event(tx->ctx, &res);
 	tx->st.requests_done++;
-	pd_stats_hist_add(&tx->req_hist, now_ns > r->start_ns ? now_ns - r->start_ns : 0);
+	pd_stats_hist_add(&tx->req_hist, now_ns > t0 ? now_ns - t0 : 0);
 	entomb(tx, r, now_ns);
 }
 
@@ -288,6 +289,7 @@ int pd_tx_tick(struct pd_tx *tx, uint64_t now_ns)
 		PD_ASSERT(one == 1);
 		n++;
 	}
+	n += pd_tx_admit_expire(tx, now_ns);
 	while ((r = TAILQ_FIRST(&tx->tombs)) && r->tomb_deadline <= now_ns) {
 		TAILQ_REMOVE(&tx->tombs, r, link);
 		tx->st.tombstones--;

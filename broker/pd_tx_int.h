@@ -11,7 +11,8 @@
  * submit until batch_drop()/pd_tx_batch_drop() returns them through
  * free_slots; a batch with writes in flight (PD_TXB_WRITING) is never
  * dropped. Every request is in tx->reqs and in exactly one of tx->live
- * (LIVE, ABORTING) or tx->tombs (TOMB).
+ * (LIVE, ABORTING) or tx->tombs (TOMB). A LIVE request not admitted yet
+ * holds exactly one batch: its Reserve (no chunks, no staging).
  */
 #include <stdint.h>
 
@@ -24,8 +25,13 @@
 #define PD_TXR_ABORTING 2u  /* failed; waits for its posted writes */
 #define PD_TXR_TOMB     3u  /* ended (done or failed); refuses batches until expiry */
 
+/* Admission of a request. */
+#define PD_TXA_WAIT     1u  /* declared: its Reserve waits for an answer */
+#define PD_TXA_OK       2u  /* admitted: it may take batches */
+
 /* Batch states. */
-#define PD_TXB_WAIT     1u  /* AllocRequest sent; on tx->waiting until its response */
+#define PD_TXB_WAIT     1u  /* AllocRequest (or Reserve) sent; on tx->waiting (or
+			     * tx->admitting) until its response */
 #define PD_TXB_WRITING  2u  /* writes posted, pd_tx_write_done() pending */
 #define PD_TXB_IDLE     3u  /* neither: about to complete or be dropped */
 
@@ -44,6 +50,7 @@ struct pd_tx_batch {
 	uint64_t deadline;                     /* for its AllocResponse */
 	uint64_t bytes;                        /* sum of the chunk lengths */
 	uint32_t state;                        /* PD_TXB_* */
+	uint32_t reserve;                      /* 1: the request's Reserve (n = 0) */
 	uint32_t is_last;
 	uint32_t n;
 	uint32_t nwrite;                       /* chunks to write (not already sent) */
@@ -60,8 +67,10 @@ struct pd_tx_req {
 	uint64_t tag;                          /* of the latest batch, for wake_alloc */
 	uint64_t bytes;                        /* completed */
 	uint64_t tomb_deadline;
-	uint64_t start_ns;                     /* its first batch */
+	uint64_t start_ns;                     /* declared */
+	uint64_t first_ns;                     /* its first batch, 0: none yet */
 	uint32_t state;                        /* PD_TXR_* */
+	uint32_t admit;                        /* PD_TXA_* (0: a tombstone never declared) */
 	uint32_t agent, peer, rank, world_size, total;
 	uint32_t submitted;                    /* chunks accepted */
 	uint32_t completed;                    /* chunks completed */
@@ -92,6 +101,7 @@ struct pd_tx {
 	struct pd_tx_req_list live;            /* LIVE and ABORTING */
 	struct pd_tx_req_list tombs;           /* by tomb_deadline (insertion order) */
 	struct pd_tx_batch_list waiting;       /* PD_TXB_WAIT, by deadline (insertion order) */
+	struct pd_tx_batch_list admitting;     /* Reserves waiting, by deadline (sorted) */
 	struct pd_tx_stats st;
 	struct pd_stat_hist req_hist;          /* first batch -> done */
 	pd_slot_ref refs[PD_TX_MAX_BATCH];     /* scratch for free_slots */
@@ -109,12 +119,31 @@ struct pd_tx_req *pd_tx_req_next(struct pd_tx *tx, struct pd_tx_req *r);
  * max_requests is reached or no memory. */
 struct pd_tx_req *pd_tx_req_tomb_new(struct pd_tx *tx, const uint8_t *id, uint32_t len,
 				     uint32_t rank, uint64_t tomb_deadline);
+/* A new LIVE request (not admitted) from its declaration; NULL: no memory. */
+struct pd_tx_req *pd_tx_req_new(struct pd_tx *tx, const struct pd_tx_declare *d,
+				uint64_t now_ns);
+/* Undo pd_tx_req_new() (nothing of it was sent). */
+void pd_tx_req_unnew(struct pd_tx *tx, struct pd_tx_req *r);
 /* Remove from the lookup tree and free (batches must be gone). */
 void pd_tx_req_free(struct pd_tx *tx, struct pd_tx_req *r);
+/* A batch of n chunks copied from c (or a Reserve: n = 0), seq assigned,
+ * linked to r; the caller puts it on its deadline list and counts it. */
+struct pd_tx_batch *pd_tx_batch_new(struct pd_tx *tx, struct pd_tx_req *r,
+				    const struct pd_tx_chunk *c, uint32_t n, uint64_t deadline);
+/* Unlink and free b, its staging already returned (b not PD_TXB_WRITING). */
+void pd_tx_batch_del(struct pd_tx *tx, struct pd_tx_batch *b);
 /* Free the staging of b, unlink and free it (b not PD_TXB_WRITING). */
 void pd_tx_batch_drop(struct pd_tx *tx, struct pd_tx_batch *b);
+void pd_tx_batch_view(const struct pd_tx_batch *b, struct pd_tx_batch_view *v);
 void pd_tx_result(const struct pd_tx_req *r, struct pd_tx_result *out);
 uint64_t pd_tx_deadline(uint64_t now_ns, uint64_t after_ns);
+
+/* pd_tx_admit.c */
+/* The answer to Reserve b (err 0): admitted, or -EPROTO (indexes given). */
+int pd_tx_reserve_done(struct pd_tx *tx, struct pd_tx_batch *b, const struct pd_tx_resp *m,
+		       uint64_t now_ns);
+/* Requests whose admission is overdue fail (-ETIMEDOUT). @return how many. */
+int pd_tx_admit_expire(struct pd_tx *tx, uint64_t now_ns);
 
 /* pd_tx_end.c */
 /* Abort r (see pd_tx.h) for why; @return 1 when r was LIVE, else 0. */

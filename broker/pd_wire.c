@@ -109,6 +109,13 @@ FIELDS(error_fields,
 	F_VAL("code", PD_WF_I32, REQ, error, code, ERRMIN, -1, 0),
 	F_BYTES("text", 0, error, text, 0, PD_WIRE_ADDR_MAX));
 
+FIELDS(reserve_fields,
+	F_VAL("seq", PD_WF_U64, REQ, reserve, seq, 0, 0, 0),
+	F_BYTES("req_id", REQ, reserve, req_id, 1, PD_REQ_ID_MAX),
+	F_VAL("total_chunks", PD_WF_U32, REQ, reserve, total_chunks, 1, UINT32_MAX, 0),
+	F_VAL("world_size", PD_WF_U32, REQ, reserve, world_size, 1, UINT32_MAX, 0),
+	F_VAL("rank", PD_WF_U32, REQ, reserve, rank, 0, UINT32_MAX, 0));
+
 static const char *check_hello(const struct pd_msg *m)
 {
 	uint32_t n = m->u.hello.rdma_gid.len;
@@ -119,6 +126,13 @@ static const char *check_hello(const struct pd_msg *m)
 static const char *check_alloc_req(const struct pd_msg *m)
 {
 	const struct pd_msg_alloc_req *r = &m->u.alloc_req;
+
+	return r->rank < r->world_size ? NULL : "rank must be below world_size";
+}
+
+static const char *check_reserve(const struct pd_msg *m)
+{
+	const struct pd_msg_reserve *r = &m->u.reserve;
 
 	return r->rank < r->world_size ? NULL : "rank must be below world_size";
 }
@@ -147,6 +161,7 @@ static const struct pd_wire_spec specs[] = {
 	SPEC("ProxyNotif", PD_MSG_PROXY, proxy_fields, check_proxy),
 	SPEC("Heartbeat", PD_MSG_HEARTBEAT, heartbeat_fields, NULL),
 	SPEC("Error", PD_MSG_ERROR, error_fields, NULL),
+	SPEC("Reserve", PD_MSG_RESERVE, reserve_fields, check_reserve),
 };
 _Static_assert(sizeof(specs) / sizeof(specs[0]) == PD_MSG_MAX, "one spec per message type");
 

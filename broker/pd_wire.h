@@ -46,6 +46,10 @@
  *                    of them is; the absent ones take 0, world_size 1);
  *                    rank < world_size
  *   Heartbeat        R epoch, time_ns
+ *   Reserve          R seq, req_id (1..PD_REQ_ID_MAX), total_chunks (>= 1),
+ *                    world_size (>= 1), rank (rank < world_size); answered
+ *                    by an AllocResponse of that seq with no indexes, once
+ *                    the request is admitted (err 0) or refused (err < 0)
  *   Error            R code (-4095..-1); o seq [0], text [""] (0..ADDR_MAX)
  *
  * A known field given twice is -EPROTO (a peer must not be able to make two
@@ -56,7 +60,7 @@
 
 #include <pdkv/types.h>
 
-#define PD_WIRE_PROTO       1u
+#define PD_WIRE_PROTO       2u       /* 2: Reserve */
 #define PD_WIRE_MAX_MSG     (4u << 20)
 #define PD_WIRE_MAX_KEYS    4096u
 #define PD_WIRE_MAX_DEPTH   8u       /* containers nested, the top-level map counting 1 */
@@ -75,7 +79,8 @@
 #define PD_MSG_PROXY      7u  /* "ProxyNotif" (LMCache) */
 #define PD_MSG_HEARTBEAT  8u  /* "Heartbeat" */
 #define PD_MSG_ERROR      9u  /* "Error" */
-#define PD_MSG_MAX        9u
+#define PD_MSG_RESERVE    10u /* "Reserve" (pdkv): admission before any batch */
+#define PD_MSG_MAX        10u
 
 /* A byte string borrowed from a decoder or a caller (not NUL-terminated). */
 struct pd_bytes {
@@ -165,6 +170,17 @@ struct pd_msg_heartbeat {
 	uint32_t has_bye;
 };
 
+/* Reserve: a sender rank declares a request before staging any of it; the
+ * receiver admits the whole request (gang: total_chunks x world_size) on
+ * the first rank's Reserve, later ranks join it. */
+struct pd_msg_reserve {
+	uint64_t seq;
+	struct pd_bytes req_id;
+	uint32_t total_chunks;     /* this rank's chunks */
+	uint32_t world_size;
+	uint32_t rank;
+};
+
 /* Error reply to a message that could not be handled. */
 struct pd_msg_error {
 	uint64_t seq;              /* of the offending message, when it had one */
@@ -183,6 +199,7 @@ struct pd_msg {
 		struct pd_msg_proxy proxy;
 		struct pd_msg_heartbeat heartbeat;
 		struct pd_msg_error error;
+		struct pd_msg_reserve reserve;
 	} u;
 };
 

@@ -27,7 +27,10 @@
 #define PD_SQ_RECV_WAIT    4u /* req: answer PD_CQ_RECV when READY or failed */
 #define PD_SQ_RECV_RELEASE 5u /* req */
 #define PD_SQ_PINS_DROPPED 6u /* no answer: this agent dropped pins; zombie slots may go */
-#define PD_SQ_OP_MAX       6u
+#define PD_SQ_DECLARE      7u /* put (n 0, last 0): a request before any staging; arg: its
+			       * admission timeout in ms (0: the broker's). Answered by
+			       * PD_CQ_ADMITTED, or PD_CQ_PUT_FAILED */
+#define PD_SQ_OP_MAX       7u
 
 struct pd_sqe_put {
 	uint32_t n;                 /* chunk entries that follow */
@@ -56,7 +59,8 @@ struct pd_sqe_req {
 struct pd_sqe {
 	uint32_t op;                /* PD_SQ_* */
 	uint32_t arg;               /* PD_SQ_RECV_WAIT: the caller's timeout in ms (the
-				     * broker answers status -ETIME then); else 0 */
+				     * broker answers status -ETIME then); PD_SQ_DECLARE:
+				     * the admission timeout in ms; else 0 */
 	uint64_t user;              /* echoed in the completion */
 	union {
 		struct pd_sqe_put put;
@@ -72,7 +76,8 @@ _Static_assert(sizeof(struct pd_sqe) == 320, "submission entry ABI");
 #define PD_CQ_PUT_FAILED   2u
 #define PD_CQ_RECV         3u /* answer to PD_SQ_RECV_WAIT */
 #define PD_CQ_RELEASED     4u /* answer to PD_SQ_RECV_RELEASE */
-#define PD_CQ_TYPE_MAX     4u
+#define PD_CQ_ADMITTED     5u /* a declared request (rank) is admitted: chunks = its total */
+#define PD_CQ_TYPE_MAX     5u
 
 struct pd_cqe {
 	uint32_t type;              /* PD_CQ_* */
@@ -83,7 +88,8 @@ struct pd_cqe {
 	uint8_t  req_id_len;
 	uint8_t  req_id[PD_REQ_ID_MAX];
 	uint64_t req_tag;           /* PD_CQ_RECV: the tag the recv index carries for it */
-	uint8_t  _rsvd[88];
+	uint32_t rank;              /* PD_CQ_ADMITTED, _PUT_DONE, _PUT_FAILED: the sender rank */
+	uint8_t  _rsvd[84];
 };
 _Static_assert(sizeof(struct pd_cqe) == 256, "completion entry ABI");
 

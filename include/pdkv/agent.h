@@ -67,12 +67,77 @@ void pd_agent_detach(struct pd_agent *a);
 
 /* ---- send side (prefill) ------------------------------------------------- */
 
+/*
+ * A prefill rank's request goes: pd_declare() when the engine schedules it
+ * (its prompt length, hence its chunk count, is known then) -> the receiver
+ * admits it (PD_EV_ADMITTED) -> per step pd_alloc(), copy in, pd_put() ->
+ * PD_EV_PUT_DONE or PD_EV_PUT_FAILED.
+ *
+ * No staging slot is ever loaned to a request the receiver has not
+ * admitted, and no call blocks on such a request: pd_alloc() of a request
+ * still waiting for admission takes nothing and returns -EAGAIN (keep the
+ * KV where it is, go on with the engine's other requests, come back at the
+ * next step). So every staged chunk belongs to an admitted request, whose
+ * slots at the receiver are reserved: staging always drains, and chunked
+ * prefill cannot deadlock however many requests are in flight.
+ */
+
+/** A request as the engine schedules it, before any of it is staged. */
+struct pd_decl {
+	const char *req_id;         /* 1..PD_REQ_ID_MAX bytes */
+	const char *endpoint;       /* decode broker's control endpoint, e.g. "tcp://10.0.0.2:17500" */
+	uint32_t total_chunks;      /* this rank's chunks; 0: it sends none (admitted at once) */
+	uint32_t world_size;        /* sender ranks of the request, 1..PD_WORLD_MAX */
+	uint32_t rank;
+	uint32_t timeout_ms;        /* admission deadline; 0: the broker's default */
+	uint32_t flags;             /* none defined: 0 */
+};
+
 /**
- * Loan n staging slots for request req_id, all or nothing, waiting behind
- * earlier callers (FIFO) at most timeout_ms.
+ * Declare this rank's part of a request; returns at once. The broker asks
+ * the receiver for admission immediately, so admission overlaps the
+ * prefill's compute: the first rank's declaration admits the whole request
+ * (every rank, every chunk), the other ranks' join it. The answer is one
+ * PD_EV_ADMITTED event, or the request's PD_EV_PUT_FAILED (refused: -E2BIG
+ * larger than the receive pool, -EBUSY the receiver's request table full;
+ * -ETIMEDOUT not admitted within the deadline; -ECANCELED; -ENOTCONN the
+ * receiver is down). The batches of the rank must then carry the same
+ * endpoint, total_chunks and world_size.
+ * @param d  borrowed for the call.
+ * @return 0; -EINVAL bad fields or not a sending agent; -EEXIST this rank
+ *         of req_id is declared already (on this agent); -EAGAIN the
+ *         submission ring is full (retry); -EBUSY this agent holds 65536
+ *         requests not ended; -ENOTCONN.
+ */
+int pd_declare(struct pd_agent *a, const struct pd_decl *d);
+
+#define PD_REQ_DECLARED 1 /* waiting for the receiver's admission */
+#define PD_REQ_ADMITTED 2 /* admitted: pd_alloc() may loan it staging */
+#define PD_REQ_DONE     3 /* every declared rank of it completed (PUT_DONE) */
+#define PD_REQ_FAILED   4 /* it failed: *status says why */
+
+/**
+ * Where a request this agent declared stands; never blocks (it reads what
+ * the broker has sent so far).
+ * @param status  may be NULL; the failure for PD_REQ_FAILED, else 0.
+ * @return PD_REQ_*; -ENOENT not declared on this agent (or ended long
+ *         ago); -EINVAL; -ENOTCONN.
+ */
+int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status);
+
+/**
+ * Loan n staging slots for an admitted request req_id, all or nothing.
+ * A request not admitted yet takes nothing: with timeout_ms 0 the call
+ * returns -EAGAIN at once; with a timeout it first waits (at most that
+ * long) for the admission, holding nothing, and only then for slots,
+ * behind earlier callers (FIFO) within what is left of the timeout.
  * @param slots  n entries, written on success.
- * @return 0; -E2BIG n exceeds the send pool; -ETIMEDOUT; -ECANCELED
- *         pd_cancel(req_id) meanwhile; -ENOTCONN; -EINVAL.
+ * @return 0; -EAGAIN not admitted yet (nothing loaned: come back later);
+ *         -ENOENT req_id was never declared (pd_declare); -ETIMEDOUT no
+ *         staging in time (admitted, the pool busy); -ECANCELED
+ *         pd_cancel(req_id) meanwhile; -EALREADY the request completed;
+ *         the request's failure (e.g. -E2BIG, -ETIMEDOUT: see pd_declare);
+ *         -E2BIG n exceeds the send pool; -ENOTCONN; -EINVAL.
  */
 int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *slots,
 	     uint32_t timeout_ms);
@@ -107,9 +172,11 @@ struct pd_batch {
 };
 
 /**
- * Hand a batch to the broker; returns at once. The slots' loans end here.
- * The outcome arrives as one PD_EV_PUT_DONE or PD_EV_PUT_FAILED event per
- * request (after its last batch).
+ * Hand a batch of a declared, admitted request to the broker; returns at
+ * once. The slots' loans end here. The outcome arrives as one
+ * PD_EV_PUT_DONE or PD_EV_PUT_FAILED event per request (after its last
+ * batch): a batch of a request never declared fails with -ENOENT, one
+ * that disagrees with the declaration with -EPROTO.
  * @return 0; -EAGAIN the submission ring is full (retry); -EINVAL bad
  *         batch (nothing taken); -ESTALE a slot is not loaned to this
  *         agent (nothing taken); -ENOTCONN.
@@ -117,9 +184,10 @@ struct pd_batch {
 int pd_put(struct pd_agent *a, const struct pd_batch *b);
 
 /**
- * Abort a request from any thread: its blocked pd_alloc() calls return
- * -ECANCELED, the broker drops its queued batches, waits for writes in
- * flight, then frees everything on both sides. The whole request is
+ * Abort a request from any thread, declared (admitted or not) or staging:
+ * its blocked pd_alloc() calls return -ECANCELED, the broker drops its
+ * queued batches, waits for writes in flight, then frees everything on
+ * both sides (a reservation at the receiver is withdrawn). The whole request is
  * aborted, every rank of it on this broker: the other ranks' agents get
  * PUT_FAILED -ECANCELED (also for ranks whose first batch comes later).
  * Idempotent.
@@ -127,18 +195,23 @@ int pd_put(struct pd_agent *a, const struct pd_batch *b);
  */
 int pd_cancel(struct pd_agent *a, const char *req_id);
 
-#define PD_EV_PUT_DONE   1u
-#define PD_EV_PUT_FAILED 2u
+#define PD_EV_PUT_DONE   1u /* every chunk of this rank is at the receiver */
+#define PD_EV_PUT_FAILED 2u /* the request failed (status); it ends here */
+#define PD_EV_ADMITTED   3u /* a declared request is admitted: stage it */
 
 struct pd_event {
 	uint32_t type;              /* PD_EV_* */
 	int32_t status;             /* 0, or why it failed (-ECANCELED, -ETIMEDOUT, ...) */
-	uint32_t chunks;
+	uint32_t chunks;            /* PUT_DONE: sent; ADMITTED: the rank's total */
 	uint64_t bytes;
 	char req_id[PD_REQ_ID_MAX + 1];
 };
 
-/** Next event, waiting at most timeout_ms. @return 0; -ETIMEDOUT; -ENOTCONN. */
+/**
+ * Next event, waiting at most timeout_ms (0: do not wait). Per declared
+ * rank: at most one PD_EV_ADMITTED, then exactly one PD_EV_PUT_DONE or
+ * PD_EV_PUT_FAILED. @return 0; -ETIMEDOUT; -ENOTCONN.
+ */
 int pd_next_event(struct pd_agent *a, struct pd_event *ev, uint32_t timeout_ms);
 
 /* ---- receive side (decode) ------------------------------------------------ */

@@ -33,6 +33,8 @@ extern "C" {
 #define PD_KEY_MAX 255
 /** Longest request id, in bytes. */
 #define PD_REQ_ID_MAX 127
+/** Most sender ranks (tensor-parallel ranks) of one request. */
+#define PD_WORLD_MAX 64
 
 /**
  * Reference to one slot of a pool: the slot index in the low 32 bits and
