@@ -177,7 +177,7 @@ int pd_reqtab_gate(const struct pd_reqtab *t, const uint8_t *id, uint32_t len)
 		return -EAGAIN;
 	case PD_REQTAB_DONE:
 		return -EALREADY;
-	default:
-		return e->status;
+	default: /* failed: as a pool wait the failure woke (tx wake_alloc) */
+		return -ECANCELED;
 	}
 }

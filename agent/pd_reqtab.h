@@ -79,7 +79,8 @@ int pd_reqtab_state(const struct pd_reqtab *t, const uint8_t *id, uint32_t len,
 
 /*
  * May id take staging now? 0 yes (admitted); -EAGAIN not admitted yet;
- * -ENOENT never declared; -EALREADY it completed; its failure status.
+ * -ENOENT never declared; -EALREADY it completed; -ECANCELED it failed or
+ * was cancelled (pd_reqtab_state() has the status).
  */
 int pd_reqtab_gate(const struct pd_reqtab *t, const uint8_t *id, uint32_t len);
 

@@ -134,10 +134,11 @@ int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status);
  * @param slots  n entries, written on success.
  * @return 0; -EAGAIN not admitted yet (nothing loaned: come back later);
  *         -ENOENT req_id was never declared (pd_declare); -ETIMEDOUT no
- *         staging in time (admitted, the pool busy); -ECANCELED
- *         pd_cancel(req_id) meanwhile; -EALREADY the request completed;
- *         the request's failure (e.g. -E2BIG, -ETIMEDOUT: see pd_declare);
- *         -E2BIG n exceeds the send pool; -ENOTCONN; -EINVAL.
+ *         staging in time (admitted, the pool busy); -ECANCELED the
+ *         request was cancelled or failed, before or during the wait (its
+ *         PD_EV_PUT_FAILED and pd_req_state() say why); -EALREADY the
+ *         request completed; -E2BIG n exceeds the send pool; -ENOTCONN
+ *         the broker is gone; -EINVAL.
  */
 int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *slots,
 	     uint32_t timeout_ms);

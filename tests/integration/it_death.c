@@ -29,8 +29,9 @@ static void test_decode_broker_killed_then_restarted(void **state)
 	 * (not at the allocation timeout). */
 	(void)nanosleep(&(struct timespec){ 1, 0 }, NULL);
 	t0 = pd_now_ns();
-	assert_int_equal(it_put(t, "C", 0, 1, 1), 0);
-	assert_int_equal(it_expect_event_from(t->pa, "C", PD_EV_PUT_FAILED) < 0, 1);
+	assert_int_equal(it_put(t, "C", 0, 1, 1), -ECANCELED); /* failed before admission */
+	assert_int_equal(it_expect_event_from(t->pa, "C", PD_EV_PUT_FAILED), -ENOTCONN);
+	assert_int_equal(pd_req_state(t->pa, "C", NULL), PD_REQ_FAILED);
 	assert_true(pd_now_ns() - t0 < 2 * PD_NS_PER_S);
 	it_restart_decode(t);
 	assert_true(it_put_until_done(t, "B", req, sizeof(req)) >= 0);
@@ -51,7 +52,7 @@ static int kill_later(void *arg)
  * within a second; the decode broker rolls back that peer's request. */
 static void test_prefill_broker_killed(void **state)
 {
-	struct it *t = it_start(8, 16);
+	struct it *t = it_start(8, 32);
 	pd_slot_ref r[9];
 	pid_t killer;
 	uint64_t t0;
@@ -59,7 +60,10 @@ static void test_prefill_broker_killed(void **state)
 	(void)state;
 	assert_int_equal(it_put(t, "A", 0, 4, 8), 0); /* admitted for 8, 4 granted */
 	assert_int_equal(it_wait_free(&t->p, 0, 8), 8);
+	assert_int_equal(it_declare_on(t, t->pa, "x", 8), 0);
+	assert_int_equal(it_declare_on(t, t->pa, "y", 1), 0);
 	assert_int_equal(pd_alloc(t->pa, "x", 8, r, 1000), 0);
+	assert_int_equal(it_wait_admission(t->pa, "y"), PD_REQ_ADMITTED); /* y waits for staging */
 	killer = pd_test_fork(kill_later, &t->p.pid);
 	t0 = pd_now_ns();
 	assert_int_equal(pd_alloc(t->pa, "y", 1, r + 8, 10000), -ENOTCONN);
@@ -67,7 +71,7 @@ static void test_prefill_broker_killed(void **state)
 	assert_int_equal(pd_test_wait(killer, 2000), 0);
 	assert_int_equal(pd_test_wait(t->p.pid, 2000), 128 + SIGKILL);
 	t->p.pid = 0;
-	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
+	assert_int_equal(it_wait_free(&t->d, 1, 32), 32);
 	it_stop(t, 0);
 }
 

@@ -92,23 +92,37 @@ static inline void it_scn_2p1d(const struct it_xport *x)
 	it_stop(t, 0);
 }
 
-/* The seed's scenario: recv pool 10, A and B of 8 chunks in batches of 4,
- * interleaved: B is admitted only once A is released; both complete. The
- * bytes of B's batches, held for admission, are counted all the same. */
+/* The seed's scenario, driven as one chunked-prefill engine thread drives
+ * it: recv pool 10, A and B of 8 chunks in batches of 4, both declared when
+ * scheduled, staged interleaved A1 B1 A2 B2. A is admitted; B waits for
+ * admission, and its pd_alloc takes nothing and never blocks the engine
+ * (-EAGAIN, with or without a wait), so A's second batch goes out and A
+ * completes. Once A is released, B is admitted and completes. */
 static inline void it_scn_seed(const struct it_xport *x)
 {
 	struct it *t = it_xstart(x, 16, 10, 1, NULL);
 	struct pd_recv_info info;
+	pd_slot_ref r[4];
 
-	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
-	assert_int_equal(it_put(t, "B", 0, 4, 8), 0);
-	assert_int_equal(it_put(t, "A", 4, 4, 8), 0);
-	assert_int_equal(it_put(t, "B", 4, 4, 8), 0);
+	assert_int_equal(it_declare_on(t, t->pa, "A", 8), 0);
+	assert_int_equal(it_declare_on(t, t->pa, "B", 8), 0);
+	assert_int_equal(it_wait_admission(t->pa, "A"), PD_REQ_ADMITTED);
+	assert_int_equal(it_stage(t, t->pa, "A", 0, 4, 8, 0), 0);          /* A1 */
+	assert_int_equal(pd_alloc(t->pa, "B", 4, r, 0), -EAGAIN);          /* B1 */
+	assert_int_equal(pd_alloc(t->pa, "B", 4, r, 200), -EAGAIN);        /* nor with a wait */
+	assert_int_equal(it_stage(t, t->pa, "A", 4, 4, 8, IT_WAIT_MS), 0); /* A2 */
+	assert_int_equal(pd_alloc(t->pa, "B", 4, r, 0), -EAGAIN);          /* B2 */
 	it_expect_event(t, "A", PD_EV_PUT_DONE);
 	it_verify(t, "A", 8);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16); /* B never took staging */
+	assert_int_equal(pd_req_state(t->pa, "B", NULL), PD_REQ_DECLARED);
 	assert_int_equal(pd_recv_wait(t->da, "B", 300, &info), -ETIMEDOUT); /* not admitted */
 	assert_int_equal(pd_recv_release(t->da, "A"), 0);
+	assert_int_equal(it_wait_admission(t->pa, "B"), PD_REQ_ADMITTED);
+	assert_int_equal(it_stage(t, t->pa, "B", 0, 4, 8, 0), 0);
+	assert_int_equal(it_stage(t, t->pa, "B", 4, 4, 8, IT_WAIT_MS), 0);
 	it_expect_event(t, "B", PD_EV_PUT_DONE);
+	assert_int_equal(pd_req_state(t->pa, "B", NULL), PD_REQ_DONE);
 	it_verify(t, "B", 8);
 	assert_int_equal(pd_recv_release(t->da, "B"), 0);
 	assert_int_equal(it_wait_free(&t->d, 1, 10), 10);

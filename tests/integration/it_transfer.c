@@ -35,18 +35,24 @@ static void test_seed_interleaved_batches_both_complete(void **state)
 	it_scn_seed(&tcp);
 }
 
-/* One sender, recv pool 10: A=8 in two batches, B=8 submitted between them. */
+/* One sender, recv pool 10: A=8 in two batches, B=8 scheduled between
+ * them. B cannot be admitted while A holds its reservation, so its one
+ * batch waits in the engine (pd_alloc: -EAGAIN), not in staging; A's
+ * second batch goes out, and B follows A's release. */
 static void test_one_sender_b_between_a_batches(void **state)
 {
 	struct it *t = it_start(24, 10);
+	pd_slot_ref r[8];
 
 	(void)state;
 	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
-	assert_int_equal(it_put(t, "B", 0, 8, 8), 0);
+	assert_int_equal(it_declare_on(t, t->pa, "B", 8), 0);
+	assert_int_equal(pd_alloc(t->pa, "B", 8, r, 100), -EAGAIN);
 	assert_int_equal(it_put(t, "A", 4, 4, 8), 0);
 	it_expect_event(t, "A", PD_EV_PUT_DONE);
 	it_verify(t, "A", 8);
 	release_all(t, "A");
+	assert_int_equal(it_stage(t, t->pa, "B", 0, 8, 8, IT_WAIT_MS), 0);
 	it_expect_event(t, "B", PD_EV_PUT_DONE);
 	it_verify(t, "B", 8);
 	release_all(t, "B");

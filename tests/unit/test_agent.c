@@ -30,6 +30,8 @@
 
 struct shared {                 /* between the broker child and the test */
 	_Atomic uint32_t ready, stop, attached, detached, puts, cancels, bad;
+	_Atomic uint32_t declares;
+	_Atomic uint32_t admit;     /* the test says: admit the held declaration */
 };
 
 struct fx {
@@ -43,6 +45,8 @@ struct harness {
 	struct pd_loop *loop;
 	struct pd_agents *ag;
 	struct shared *x;
+	struct pd_cqe held;         /* a "wait-*" declaration, admitted when x->admit */
+	uint32_t held_agent;        /* 0: none */
 };
 
 /* ---- the broker child ---------------------------------------------------------- */
@@ -65,6 +69,28 @@ static int check_put(struct harness *h, const struct pd_sqe *e, uint32_t n)
 	return 0;
 }
 
+/* Declarations: "wait-*" is held until the test says admit, "no-*" is
+ * refused (-E2BIG), anything else admitted at once. */
+static int on_declare(struct harness *h, uint32_t id, const struct pd_sqe *e)
+{
+	const struct pd_sqe_put *p = &e->u.put;
+	struct pd_cqe c = { .type = PD_CQ_ADMITTED, .chunks = p->total_chunks,
+			    .rank = p->rank, .req_id_len = p->req_id_len };
+
+	h->x->declares++;
+	memcpy(c.req_id, p->req_id, c.req_id_len);
+	if (c.req_id_len > 5 && !memcmp(c.req_id, "wait-", 5) && !h->held_agent) {
+		h->held = c;
+		h->held_agent = id;
+		return 0;
+	}
+	if (c.req_id_len > 3 && !memcmp(c.req_id, "no-", 3)) {
+		c.type = PD_CQ_PUT_FAILED;
+		c.status = -E2BIG;
+	}
+	return pd_agents_complete(h->ag, id, &c) < 0 ? -EPROTO : 0;
+}
+
 static int on_sqes(void *ctx, uint32_t id, const struct pd_sqe *e, uint32_t n)
 {
 	struct harness *h = ctx;
@@ -74,6 +100,8 @@ static int on_sqes(void *ctx, uint32_t id, const struct pd_sqe *e, uint32_t n)
 		h->x->cancels++;
 		return 0;
 	}
+	if (e->op == PD_SQ_DECLARE)
+		return on_declare(h, id, e);
 	if (e->op != PD_SQ_PUT || check_put(h, e, n) < 0) {
 		h->x->bad++;
 		return -EPROTO;
@@ -112,6 +140,10 @@ static void h_tick(void *ctx)
 	struct harness *h = ctx;
 
 	pd_agents_tick(h->ag, pd_now_ns());
+	if (h->x->admit && h->held_agent) {
+		(void)pd_agents_complete(h->ag, h->held_agent, &h->held);
+		h->held_agent = 0;
+	}
 	if (h->x->stop)
 		pd_loop_stop(h->loop);
 }
@@ -213,6 +245,35 @@ static int wait_count(_Atomic uint32_t *c, uint32_t want, uint32_t ms)
 	return *c >= want;
 }
 
+static int declare(struct pd_agent *a, const char *req, uint32_t total)
+{
+	struct pd_decl d = { .req_id = req, .endpoint = "tcp://127.0.0.1:1",
+			     .total_chunks = total, .world_size = 1 };
+
+	return pd_declare(a, &d);
+}
+
+/* Declared and admitted (the harness admits at once). */
+static void admitted(struct pd_agent *a, const char *req, uint32_t total)
+{
+	uint64_t deadline = pd_deadline_ms(2000);
+
+	assert_int_equal(declare(a, req, total), 0);
+	while (pd_req_state(a, req, NULL) == PD_REQ_DECLARED && pd_now_ns() < deadline)
+		(void)usleep(1000);
+	assert_int_equal(pd_req_state(a, req, NULL), PD_REQ_ADMITTED);
+}
+
+/* The next event that is not an admission. */
+static int next_end(struct pd_agent *a, struct pd_event *ev, uint32_t ms)
+{
+	int rc;
+
+	while ((rc = pd_next_event(a, ev, ms)) == 0 && ev->type == PD_EV_ADMITTED)
+		;
+	return rc;
+}
+
 static void fill(struct pd_agent *a, pd_slot_ref ref, uint32_t i, uint32_t len)
 {
 	uint8_t *d = pd_slot_data(a, ref);
@@ -255,6 +316,7 @@ static void test_put_validation(void **state)
 			      .n = 1, .total_chunks = 1, .world_size = 1, .last = 1 };
 	struct pd_batch bad;
 
+	admitted(a, "r", 1);
 	assert_int_equal(pd_alloc(a, "r", 2, r, 1000), 0);
 	c.slot = r[0] + (1ull << 32); /* a generation that is not the loan's */
 	assert_int_equal(pd_put(a, &b), -ESTALE);
@@ -287,12 +349,16 @@ static void test_put_reaches_the_broker_and_completes(void **state)
 	pd_slot_ref r[2];
 
 	assert_int_equal(pd_slot_size(a), SLOT);
+	admitted(a, "req-1", 2);
 	assert_int_equal(pd_alloc(a, "req-1", 2, r, 1000), 0);
 	for (uint32_t i = 0; i < 2; i++) {
 		c[i].slot = r[i];
 		fill(a, r[i], i + 1, c[i].len);
 	}
 	assert_int_equal(pd_put(a, &b), 0);
+	assert_int_equal(pd_next_event(a, &ev, 5000), 0);
+	assert_int_equal(ev.type, PD_EV_ADMITTED);
+	assert_int_equal(ev.chunks, 2);
 	assert_int_equal(pd_next_event(a, &ev, 5000), 0);
 	assert_int_equal(ev.type, PD_EV_PUT_DONE);
 	assert_int_equal(ev.chunks, 2);
@@ -311,6 +377,8 @@ static void test_alloc_times_out_and_cancel_sticks(void **state)
 	pd_slot_ref r[SLOTS + 1];
 	uint64_t t0;
 
+	admitted(a, "x", SLOTS);
+	admitted(a, "y", 1);
 	assert_int_equal(pd_alloc(a, "x", SLOTS + 1, r, 10), -E2BIG);
 	assert_int_equal(pd_alloc(a, "x", SLOTS, r, 1000), 0);
 	t0 = pd_now_ns();
@@ -321,7 +389,136 @@ static void test_alloc_times_out_and_cancel_sticks(void **state)
 	assert_true(wait_count(&f->x->cancels, 1, 2000));
 	pd_agent_detach(a); /* its 8 loaned slots go back */
 	a = attach(f);
+	admitted(a, "w", SLOTS);
 	assert_int_equal(pd_alloc(a, "w", SLOTS, r, 1000), 0);
+	pd_agent_detach(a);
+}
+
+static int kill_later(void *arg)
+{
+	(void)usleep(300 * 1000);
+	return kill(*(pid_t *)arg, SIGKILL) == 0 ? 0 : 1;
+}
+
+static void test_declare_validation(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	struct pd_decl d = { .req_id = "v", .endpoint = "tcp://127.0.0.1:1", .total_chunks = 1,
+			     .world_size = 1 };
+	struct pd_decl bad;
+	pd_slot_ref r[1];
+
+	assert_int_equal(pd_declare(NULL, &d), -EINVAL);
+	assert_int_equal(pd_declare(a, NULL), -EINVAL);
+	bad = d, bad.req_id = "";
+	assert_int_equal(pd_declare(a, &bad), -EINVAL);
+	bad = d, bad.endpoint = NULL;
+	assert_int_equal(pd_declare(a, &bad), -EINVAL);
+	bad = d, bad.world_size = 0;
+	assert_int_equal(pd_declare(a, &bad), -EINVAL);
+	bad = d, bad.rank = 1;
+	assert_int_equal(pd_declare(a, &bad), -EINVAL);
+	bad = d, bad.world_size = PD_WORLD_MAX + 1;
+	assert_int_equal(pd_declare(a, &bad), -EINVAL);
+	bad = d, bad.flags = 1;
+	assert_int_equal(pd_declare(a, &bad), -EINVAL);
+	assert_int_equal(f->x->declares, 0);
+	assert_int_equal(pd_req_state(a, "v", NULL), -ENOENT);
+	assert_int_equal(pd_alloc(a, "v", 1, r, 0), -ENOENT); /* never declared: nothing */
+	assert_int_equal(pd_declare(a, &d), 0);
+	assert_int_equal(pd_declare(a, &d), -EEXIST);
+	d.rank = 1, d.world_size = 2; /* another rank of it, from this agent too */
+	assert_int_equal(pd_declare(a, &d), 0);
+	assert_true(wait_count(&f->x->declares, 2, 2000));
+	pd_agent_detach(a);
+}
+
+/* Not admitted: pd_alloc takes nothing, -EAGAIN at once or after its wait;
+ * admitted later: the waiting pd_alloc gets its slots; the event and the
+ * state say so; a completed request takes no more. */
+static void test_alloc_waits_for_admission_holding_nothing(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	struct pd_chunk c = { .len = 8, .klen = 1, .key = "k" };
+	struct pd_batch b = { .req_id = "wait-1", .endpoint = "tcp://127.0.0.1:1", .chunks = &c,
+			      .n = 1, .total_chunks = 1, .world_size = 1, .last = 1 };
+	pd_slot_ref r[SLOTS];
+	struct pd_event ev;
+	uint64_t t0;
+
+	assert_int_equal(declare(a, "wait-1", 1), 0);
+	assert_true(wait_count(&f->x->declares, 1, 2000));
+	assert_int_equal(pd_req_state(a, "wait-1", NULL), PD_REQ_DECLARED);
+	t0 = pd_now_ns();
+	assert_int_equal(pd_alloc(a, "wait-1", 1, r, 0), -EAGAIN);
+	assert_true(pd_now_ns() - t0 < 50 * PD_NS_PER_MS);
+	assert_int_equal(pd_alloc(a, "wait-1", 1, r, 150), -EAGAIN);
+	assert_true(pd_now_ns() - t0 >= 150 * PD_NS_PER_MS);
+	admitted(a, "all", SLOTS); /* the waits took nothing: every slot is there */
+	assert_int_equal(pd_alloc(a, "all", SLOTS, r, 0), 0);
+	assert_int_equal(pd_slot_release(a, r, SLOTS), 0);
+	f->x->admit = 1;
+	assert_int_equal(pd_alloc(a, "wait-1", 1, r, 5000), 0);
+	assert_int_equal(pd_req_state(a, "wait-1", NULL), PD_REQ_ADMITTED);
+	assert_int_equal(pd_next_event(a, &ev, 0), 0);
+	assert_int_equal(ev.type, PD_EV_ADMITTED);
+	assert_string_equal(ev.req_id, "all");
+	assert_int_equal(pd_next_event(a, &ev, 0), 0);
+	assert_int_equal(ev.type, PD_EV_ADMITTED);
+	assert_string_equal(ev.req_id, "wait-1");
+	assert_int_equal(ev.chunks, 1);
+	c.slot = r[0];
+	fill(a, r[0], 1, c.len);
+	assert_int_equal(pd_put(a, &b), 0);
+	assert_int_equal(pd_next_event(a, &ev, 5000), 0);
+	assert_int_equal(ev.type, PD_EV_PUT_DONE);
+	assert_int_equal(pd_req_state(a, "wait-1", NULL), PD_REQ_DONE);
+	assert_int_equal(pd_alloc(a, "wait-1", 1, r, 0), -EALREADY);
+	assert_int_equal(declare(a, "wait-1", 1), -EEXIST);
+	pd_agent_detach(a);
+}
+
+/* A refused declaration: the request fails; pd_alloc gets -ECANCELED, the
+ * state and the event carry the reason. */
+static void test_refused_declaration(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	struct pd_event ev;
+	pd_slot_ref r[1];
+	int32_t st = 0;
+
+	assert_int_equal(declare(a, "no-room", 100), 0);
+	assert_int_equal(pd_alloc(a, "no-room", 1, r, 2000), -ECANCELED);
+	assert_int_equal(pd_req_state(a, "no-room", &st), PD_REQ_FAILED);
+	assert_int_equal(st, -E2BIG);
+	assert_int_equal(pd_next_event(a, &ev, 1000), 0);
+	assert_int_equal(ev.type, PD_EV_PUT_FAILED);
+	assert_int_equal(ev.status, -E2BIG);
+	assert_string_equal(ev.req_id, "no-room");
+	pd_agent_detach(a);
+}
+
+/* The broker dies while pd_alloc waits for an admission: -ENOTCONN soon. */
+static void test_broker_death_wakes_an_admission_wait(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	pd_slot_ref r[1];
+	pid_t killer;
+	uint64_t t0;
+
+	assert_int_equal(declare(a, "wait-2", 1), 0);
+	killer = pd_test_fork(kill_later, &f->broker);
+	t0 = pd_now_ns();
+	assert_int_equal(pd_alloc(a, "wait-2", 1, r, 10000), -ENOTCONN);
+	assert_true(pd_now_ns() - t0 < 1500 * PD_NS_PER_MS);
+	assert_int_equal(pd_test_wait(killer, 2000), 0);
+	assert_int_equal(pd_test_wait(f->broker, 2000), 128 + SIGKILL);
+	f->broker = -1;
+	assert_int_equal(pd_req_state(a, "wait-2", NULL), -ENOTCONN);
 	pd_agent_detach(a);
 }
 
@@ -335,7 +532,8 @@ static int agent_dies_holding(void *arg)
 	pd_agent_opts_init(&o, sizeof(o));
 	o.broker = f->name;
 	o.rundir = f->dir;
-	if (pd_agent_attach(&o, &a) < 0 || pd_alloc(a, "d", 3, r, 1000) < 0)
+	if (pd_agent_attach(&o, &a) < 0 || declare(a, "d", 3) < 0 ||
+	    pd_alloc(a, "d", 3, r, 1000) < 0)
 		return 1;
 	(void)raise(SIGKILL);
 	return 2;
@@ -351,6 +549,7 @@ static void test_dead_agent_slots_come_back(void **state)
 			 128 + SIGKILL);
 	assert_true(wait_count(&f->x->detached, 1, 2000));
 	a = attach(f);
+	admitted(a, "all", SLOTS);
 	assert_int_equal(pd_alloc(a, "all", SLOTS, r, 1000), 0);
 	pd_agent_detach(a);
 }
@@ -365,21 +564,17 @@ static void test_garbage_submission_detaches_the_agent(void **state)
 	struct pd_event ev;
 	pd_slot_ref r[2], all[SLOTS];
 
+	admitted(a, "g", 2);
 	assert_int_equal(pd_alloc(a, "g", 2, r, 1000), 0);
 	assert_int_equal(ag_submit(a, &e, 1), 0);
 	assert_true(wait_count(&f->x->detached, 1, 2000));
 	assert_int_equal(f->x->bad, 1);
-	assert_int_equal(pd_next_event(a, &ev, 2000), -ENOTCONN);
+	assert_int_equal(next_end(a, &ev, 2000), -ENOTCONN);
 	pd_agent_detach(a);
 	a = attach(f);
+	admitted(a, "h", SLOTS);
 	assert_int_equal(pd_alloc(a, "h", SLOTS, all, 1000), 0); /* every loan came back */
 	pd_agent_detach(a);
-}
-
-static int kill_later(void *arg)
-{
-	(void)usleep(300 * 1000);
-	return kill(*(pid_t *)arg, SIGKILL) == 0 ? 0 : 1;
 }
 
 static void test_broker_death_wakes_a_blocked_alloc(void **state)
@@ -391,15 +586,17 @@ static void test_broker_death_wakes_a_blocked_alloc(void **state)
 	pid_t killer;
 	uint64_t t0;
 
+	admitted(a, "x", SLOTS);
+	admitted(a, "y", 1);
 	assert_int_equal(pd_alloc(a, "x", SLOTS, r, 1000), 0);
 	killer = pd_test_fork(kill_later, &f->broker);
 	t0 = pd_now_ns();
-	assert_int_equal(pd_alloc(a, "y", 1, r + SLOTS, 10000), -ENOTCONN);
+	assert_int_equal(pd_alloc(a, "y", 1, r + SLOTS, 10000), -ENOTCONN); /* in the pool */
 	assert_true(pd_now_ns() - t0 < 1500 * PD_NS_PER_MS);
 	assert_int_equal(pd_test_wait(killer, 2000), 0);
 	assert_int_equal(pd_test_wait(f->broker, 2000), 128 + SIGKILL);
 	f->broker = -1;
-	assert_int_equal(pd_next_event(a, &ev, 1000), -ENOTCONN);
+	assert_int_equal(next_end(a, &ev, 1000), -ENOTCONN);
 	assert_int_equal(pd_cancel(a, "y"), -ENOTCONN);
 	pd_agent_detach(a);
 }
@@ -412,6 +609,10 @@ int main(void)
 		T(test_put_validation),
 		T(test_put_reaches_the_broker_and_completes),
 		T(test_alloc_times_out_and_cancel_sticks),
+		T(test_declare_validation),
+		T(test_alloc_waits_for_admission_holding_nothing),
+		T(test_refused_declaration),
+		T(test_broker_death_wakes_an_admission_wait),
 		T(test_dead_agent_slots_come_back),
 		T(test_garbage_submission_detaches_the_agent),
 		T(test_broker_death_wakes_a_blocked_alloc),
