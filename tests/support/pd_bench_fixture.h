@@ -82,10 +82,20 @@ static inline void pd_bench_pair_stop(struct pd_bench_pair *x)
 	(void)pd_test_broker_stop(&x->d);
 }
 
-/* One request of n chunks (<= PD_BENCH_MAX_CHUNKS) of len bytes, in one
- * batch: keys "<req>/<i>", chunk i's first byte first + i, staged in place. */
-static inline int pd_bench_put(struct pd_bench_pair *x, const char *req, uint32_t n, uint32_t len,
-			       uint8_t first)
+/* Declare request req of n chunks (one rank) to the decode broker. */
+static inline int pd_bench_declare(struct pd_bench_pair *x, const char *req, uint32_t n)
+{
+	struct pd_decl d = { .req_id = req, .endpoint = x->d.ctrl, .total_chunks = n,
+			     .world_size = 1 };
+
+	return pd_declare(x->pa, &d);
+}
+
+/* Stage declared request req: n chunks (<= PD_BENCH_MAX_CHUNKS) of len
+ * bytes in one batch, keys "<req>/<i>", chunk i's first byte first + i,
+ * written in place (pd_alloc waits for the admission, then the slots). */
+static inline int pd_bench_stage(struct pd_bench_pair *x, const char *req, uint32_t n,
+				 uint32_t len, uint8_t first)
 {
 	pd_slot_ref s[PD_BENCH_MAX_CHUNKS];
 	struct pd_chunk c[PD_BENCH_MAX_CHUNKS];
@@ -103,6 +113,26 @@ static inline int pd_bench_put(struct pd_bench_pair *x, const char *req, uint32_
 	return rc == 0 ? pd_put(x->pa, &b) : rc;
 }
 
+/* One request: declared, then staged at once (pd_bench_stage). */
+static inline int pd_bench_put(struct pd_bench_pair *x, const char *req, uint32_t n, uint32_t len,
+			       uint8_t first)
+{
+	int rc = pd_bench_declare(x, req, n);
+
+	return rc < 0 ? rc : pd_bench_stage(x, req, n, len, first);
+}
+
+/* The next event that ends a request (admissions are skipped). */
+static inline int pd_bench_next_end(struct pd_bench_pair *x, struct pd_event *ev,
+				    uint32_t timeout_ms)
+{
+	int rc;
+
+	while ((rc = pd_next_event(x->pa, ev, timeout_ms)) == 0 && ev->type == PD_EV_ADMITTED)
+		;
+	return rc;
+}
+
 /* Put requests "t<first>" .. "t<first + requests - 1>" (pd_bench_put),
  * taking their PUT_DONE events as they come, then waiting for the rest.
  * *failed (shared with a decode thread) is set on any failure, and stops
@@ -118,11 +148,11 @@ static inline void pd_bench_put_all(struct pd_bench_pair *x, uint32_t first, uin
 		(void)snprintf(req, sizeof(req), "t%u", i);
 		if (pd_bench_put(x, req, chunks, len, byte0) < 0)
 			*failed = 1;
-		while (pd_next_event(x->pa, &ev, 0) == 0 && ++events)
+		while (pd_bench_next_end(x, &ev, 0) == 0 && ++events)
 			*failed |= ev.type != PD_EV_PUT_DONE;
 	}
 	while (!*failed && events < requests &&
-	       pd_next_event(x->pa, &ev, PD_BENCH_WAIT_MS) == 0) {
+	       pd_bench_next_end(x, &ev, PD_BENCH_WAIT_MS) == 0) {
 		events++;
 		*failed |= ev.type != PD_EV_PUT_DONE;
 	}
