@@ -32,6 +32,12 @@ static void test_create_negative(void **state)
 	ops.wake_alloc = NULL;
 	o.ops = &ops;
 	assert_int_equal(pd_tx_create(&o, &tx), -EINVAL);
+	ops = fx_ops;
+	ops.send_reserve = NULL;
+	assert_int_equal(pd_tx_create(&o, &tx), -EINVAL);
+	ops = fx_ops;
+	ops.admitted = NULL;
+	assert_int_equal(pd_tx_create(&o, &tx), -EINVAL);
 	assert_null(tx);
 	pd_tx_destroy(NULL);
 	memset(&st, 0xff, sizeof(st));
@@ -81,22 +87,32 @@ static void test_submit_negative(void **state)
 	fx_idle(f);
 }
 
+/* Too many requests: the declaration is refused (-EBUSY, nothing sent, no
+ * event: the caller reports it), so a batch of it is one of a request
+ * never declared: refused (-ENOENT), its staging freed. */
 static void test_submit_busy(void **state)
 {
 	struct fx *f = fx_new(2, 0);
 	struct fx_req a = RQ, b = RQ, c = RQ;
-	uint32_t s0;
+	struct pd_tx_submit s;
+	uint32_t s0, nev;
 
 	(void)state;
 	b.id = "req-b";
 	c.id = "req-c";
 	assert_int_equal(fx_put(f, &a, 1, 0), 0);
 	assert_int_equal(fx_put(f, &b, 1, 0), 0);
-	s0 = f->next_slot;
+	nev = f->nev;
 	assert_int_equal(fx_put(f, &c, 2, 0), -EBUSY);
+	assert_int_equal(f->nev, nev);
+	s0 = f->next_slot;
+	s = fx_sub(&c, 2, 0, NULL);
+	assert_int_equal(fx_submit(f, &s), -ENOENT);
 	fx_freed(f, s0, 2, 1);
+	assert_int_equal(f->nev, nev + 1);          /* the free, nothing else */
 	assert_int_equal(fx_count(f, EV_AGENT), 0);
 	assert_int_equal(fx_stats(f).refused, 1);
+	assert_int_equal(fx_stats(f).declared, 2);
 	assert_int_equal(fx_put(f, &a, 1, 0), 0);   /* known requests still go on */
 	assert_int_equal(fx_stats(f).live_requests, 2);
 	fx_ok(f);
@@ -163,8 +179,8 @@ static void test_submit_inconsistent(void **state)
 	}
 }
 
-/* A first batch declaring more chunks than total: the request fails at once,
- * with no CancelNotif (the peer never heard of it). */
+/* A first batch of more chunks than declared: the request fails at once;
+ * its Reserve told the peer about it, so a CancelNotif withdraws that. */
 static void test_submit_first_batch_over_total(void **state)
 {
 	struct fx *f = *state;
@@ -172,8 +188,11 @@ static void test_submit_first_batch_over_total(void **state)
 
 	q.total = 2;
 	assert_int_equal(fx_put(f, &q, 3, 0), -EPROTO);
+	assert_int_equal(fx_count(f, EV_RESERVE), 1);
+	assert_int_equal(fx_count(f, EV_ADMITTED), 1);
 	assert_int_equal(fx_count(f, EV_ALLOC), 0);
-	assert_int_equal(fx_count(f, EV_CANCEL), 0);
+	assert_int_equal(fx_count(f, EV_CANCEL), 1);
+	assert_true(fx_index(f, EV_CANCEL, 0) > fx_index(f, EV_ADMITTED, 0));
 	assert_int_equal(fx_last(f, EV_AGENT)->status, -EPROTO);
 	assert_int_equal(fx_put(f, &q, 1, 0), -ECANCELED);
 	fx_all_freed(f);
@@ -316,8 +335,10 @@ static void test_64_chunks_complete_after_last_write_out_of_order(void **state)
 	for (i = 0; i < 8; i++) {
 		assert_int_equal(fx_put(f, &q, 8, i == 7), 0);
 		seq[i] = fx_last_seq(f);
-		assert_int_equal(seq[i], (uint64_t)i + 1);   /* per-engine counter from 1 */
+		/* One per-engine counter from 1; the Reserve took seq 1. */
+		assert_int_equal(seq[i], (uint64_t)i + 2);
 	}
+	assert_int_equal(fx_reserve_seq(f), 1);
 	for (i = 7; i >= 0; i--)
 		assert_int_equal(fx_grant(f, seq[i]), 0);
 	assert_int_equal(fx_stats(f).writes_in_flight, 8);
@@ -353,7 +374,8 @@ static void test_zero_chunk_last_batch_completes(void **state)
 	fx_idle(f);
 }
 
-/* A prompt shorter than a chunk: total 0, one empty last batch. */
+/* A prompt shorter than a chunk: total 0 (admitted at once, nothing to
+ * reserve), one empty last batch: ADMITTED, ProxyNotif, PUT_DONE only. */
 static void test_empty_request_completes(void **state)
 {
 	struct fx *f = *state;
@@ -361,7 +383,8 @@ static void test_empty_request_completes(void **state)
 
 	q.total = 0;
 	assert_int_equal(fx_put(f, &q, 0, 1), 0);
-	assert_int_equal(f->nev, 2);
+	assert_int_equal(f->nev, 3);
+	assert_int_equal(f->ev[0].type, EV_ADMITTED);
 	expect_done(f, &q, 0);
 	fx_idle(f);
 }

@@ -45,11 +45,13 @@ static void test_cancel_waits_for_every_rank_writes(void **state)
 	assert_int_equal(agent_events(f, 1, -ECANCELED), 1);
 	assert_int_equal(fx_stats(f).live_requests, 0);
 	fx_all_freed(f);
+	fx_ok(f);
 }
 
 /* Rank 0 completed, rank 1 never seen, then cancelled: the receiver still
- * waits for rank 1, so rank 0's CancelNotif goes out; rank 1's first batch
- * is refused with one PUT_FAILED -ECANCELED, its next one silently. */
+ * waits for rank 1, so rank 0's CancelNotif goes out; rank 1's declaration
+ * is refused with one PUT_FAILED -ECANCELED (no Reserve), a batch of it
+ * then silently (-ECANCELED, staging freed). */
 static void test_cancel_reaches_completed_and_unseen_ranks(void **state)
 {
 	struct fx *f = *state;
@@ -63,12 +65,14 @@ static void test_cancel_reaches_completed_and_unseen_ranks(void **state)
 	assert_int_equal(fx_cancel(f, R1.id, R1.rank), 0); /* nothing live */
 	assert_int_equal(fx_count(f, EV_CANCEL), 1);
 	assert_int_equal(fx_last(f, EV_CANCEL)->rank, 0);
-	assert_int_equal(fx_put(f, &R1, 1, 0), -ECANCELED);
+	assert_int_equal(fx_put(f, &R1, 1, 0), -ECANCELED); /* at its declaration */
 	assert_int_equal(agent_events(f, 1, -ECANCELED), 1);
 	assert_int_equal(fx_put(f, &R1, 1, 1), -ECANCELED);
 	assert_int_equal(agent_events(f, 1, -ECANCELED), 1); /* told once */
 	assert_int_equal(fx_count(f, EV_ALLOC), 1);          /* rank 1 never asked */
+	assert_int_equal(fx_count(f, EV_RESERVE), 1);        /* nor reserved */
 	fx_all_freed(f);
+	fx_ok(f);
 }
 
 /* Every rank completed: a late cancel has nothing to undo at the receiver. */
@@ -86,6 +90,7 @@ static void test_cancel_after_every_rank_completed_sends_nothing(void **state)
 	assert_int_equal(fx_count(f, EV_CANCEL), 0);
 	assert_int_equal(agent_events(f, 0, 0) + agent_events(f, 1, 0), 2);
 	fx_all_freed(f);
+	fx_ok(f);
 }
 
 /* One rank fails (its write): the other is not aborted (it may still
@@ -110,6 +115,7 @@ static void test_failure_of_one_rank_waits_for_the_other(void **state)
 	assert_int_equal(fx_count(f, EV_CANCEL), 1);
 	assert_int_equal(fx_last(f, EV_CANCEL)->rank, 1);
 	fx_all_freed(f);
+	fx_ok(f);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)

@@ -3,12 +3,19 @@
 #define PD_TESTS_UNIT_TX_FIXTURE_H
 
 /*
- * Fixture for the sender request engine tests (test_tx.c, test_tx_more.c):
- * a recording fake of the ops. Every callback appends an event to a log the
- * tests inspect; the fake also keeps, per staging slot, how often it was
- * freed and whether a write from it is in flight, and flags a breach of the
+ * Fixture for the sender request engine tests (test_tx*.c): a recording
+ * fake of the ops. Every callback appends an event to a log the tests
+ * inspect; the fake also keeps, per staging slot, how often it was freed
+ * and whether a write from it is in flight, and flags a breach of the
  * engine's promises (a slot freed twice or while written, a callback for
- * an unknown batch) in f->bad with a reason, checked by fx_ok().
+ * an unknown batch, a Reserve with chunks, an AllocRequest or a write for a
+ * Reserve's seq) in f->bad with a reason, checked by fx_ok() (which also
+ * runs pd_tx_check()).
+ *
+ * Requests are declared before they are staged (pd_tx_declare). fx_put()
+ * does that for a test on a request's first sight: it declares the request
+ * and answers its Reserve at once (admitted), unless f->manual is set;
+ * fx_declare(), fx_reserve_seq() and fx_admit() drive admission by hand.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -38,15 +45,19 @@
 #define EV_PROXY   6u
 #define EV_AGENT   7u
 #define EV_WAKE    8u
+#define EV_RESERVE 9u              /* send_reserve: seq, n 0, chunks = total */
+#define EV_ADMITTED 10u            /* admitted: chunks = total */
 
 struct fx_ev {
 	uint32_t type;
 	uint64_t seq;                  /* ALLOC, WRITE, PUT */
 	uint32_t peer, rank, agent;
-	uint32_t n;                    /* chunks (ALLOC, WRITE), slots (FREE), indexes (PUT) */
+	uint32_t n;                    /* chunks (ALLOC, WRITE, RESERVE: 0), slots (FREE),
+					* indexes (PUT) */
 	uint32_t nwrite;               /* WRITE: remote >= 0 */
-	int32_t status;                /* PROXY, AGENT */
-	uint32_t chunks;               /* PROXY, AGENT */
+	int32_t status;                /* PROXY, AGENT, ADMITTED */
+	uint32_t chunks;               /* PROXY, AGENT, ADMITTED; RESERVE: total */
+	uint32_t world;                /* RESERVE */
 	uint64_t bytes, tag;
 	uint32_t slot0;                /* FREE: first slot index */
 	char req[PD_REQ_ID_MAX + 1];
@@ -59,6 +70,7 @@ struct fx_batch {
 	uint8_t wrote;                 /* the write op was called */
 	uint8_t resp_ok;               /* answered with every chunk granted or already sent */
 	uint8_t done_ok;               /* its writes completed, rc 0 */
+	uint8_t reserve;               /* a Reserve's seq (no chunks) */
 };
 
 struct fx {
@@ -73,6 +85,7 @@ struct fx {
 	uint8_t busy[FX_SLOTS];        /* a write from this slot is in flight */
 	uint8_t handed[FX_SLOTS];      /* the engine owns (or owned) it */
 	struct fx_batch b[FX_SEQS];
+	int manual;                    /* fx_put() does not declare */
 	int bad;
 	char why[160];
 };
@@ -140,6 +153,9 @@ static inline void fx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
 	if (v->seq >= FX_SEQS)
 		return;
 	b = &f->b[v->seq];
+	if (b->reserve || !v->n)
+		fx_breach(f, "AllocRequest seq %llu of %u chunks (a Reserve's seq?)",
+			  (unsigned long long)v->seq, v->n);
 	b->n = v->n;
 	b->peer = v->peer;
 	b->slot0 = PD_SLOT_REF_IDX(v->chunks[0].slot);
@@ -153,6 +169,8 @@ static inline int fx_write(void *ctx, const struct pd_tx_batch_view *v)
 
 	for (i = 0; i < v->n; i++)
 		e->nwrite += v->remote[i] >= 0;
+	if (v->seq < FX_SEQS && f->b[v->seq].reserve)
+		fx_breach(f, "write for Reserve seq %llu", (unsigned long long)v->seq);
 	if (f->write_rc || v->seq >= FX_SEQS)
 		return f->write_rc;
 	f->b[v->seq].wrote = 1;
@@ -234,8 +252,35 @@ static inline void fx_wake_alloc(void *ctx, uint64_t tag)
 	fx_push(ctx, EV_WAKE)->tag = tag;
 }
 
+static inline void fx_send_reserve(void *ctx, const struct pd_tx_batch_view *v)
+{
+	struct fx *f = ctx;
+	struct fx_ev *e = fx_push_view(f, EV_RESERVE, v);
+
+	e->chunks = v->total_chunks;
+	e->world = v->world_size;
+	if (v->n || !v->total_chunks || v->rank >= v->world_size)
+		fx_breach(f, "Reserve seq %llu: n %u, total %u, rank %u of %u",
+			  (unsigned long long)v->seq, v->n, v->total_chunks, v->rank,
+			  v->world_size);
+	if (v->seq >= FX_SEQS)
+		return;
+	f->b[v->seq] = (struct fx_batch){ .peer = v->peer, .reserve = 1 };
+}
+
+static inline void fx_admitted(void *ctx, const struct pd_tx_result *r)
+{
+	struct fx *f = ctx;
+
+	fx_result(f, EV_ADMITTED, r);
+	if (r->status)
+		fx_breach(f, "admitted %.*s/%u with status %d", (int)r->req_id_len,
+			  (const char *)r->req_id, r->rank, r->status);
+}
+
 static const struct pd_tx_ops fx_ops = {
-	.send_alloc = fx_send_alloc, .write = fx_write, .free_slots = fx_free_slots,
+	.send_alloc = fx_send_alloc, .send_reserve = fx_send_reserve, .admitted = fx_admitted,
+	.write = fx_write, .free_slots = fx_free_slots,
 	.put_done = fx_put_done, .cancel_notif = fx_cancel_notif,
 	.proxy_notif = fx_proxy_notif, .agent_event = fx_agent_event,
 	.wake_alloc = fx_wake_alloc,
@@ -289,6 +334,15 @@ static inline int fx_teardown(void **state)
 }
 
 /* ---- driving the engine ------------------------------------------------------- */
+
+/* Position of the first event of type at or after from; f->nev when none. */
+static inline uint32_t fx_index(const struct fx *f, uint32_t type, uint32_t from)
+{
+	for (; from < f->nev; from++)
+		if (f->ev[from].type == type)
+			break;
+	return from;
+}
 
 static inline struct pd_tx_stats fx_stats(const struct fx *f)
 {
@@ -344,24 +398,81 @@ static inline int fx_submit(struct fx *f, struct pd_tx_submit *s)
 	return rc;
 }
 
-/* A batch of n chunks of request q (is_last = last). */
-static inline int fx_put(struct fx *f, const struct fx_req *q, uint32_t n, uint32_t last)
+static inline struct pd_tx_declare fx_decl(const struct fx_req *q, uint64_t timeout_ns)
 {
-	struct pd_tx_submit s = fx_sub(q, n, last, NULL);
+	return (struct pd_tx_declare){
+		.agent = q->agent, .tag = 77, .peer = q->peer,
+		.req_id = (const uint8_t *)q->id, .req_id_len = (uint32_t)strlen(q->id),
+		.rank = q->rank, .world_size = q->world, .total_chunks = q->total,
+		.timeout_ns = timeout_ns,
+	};
+}
 
-	return fx_submit(f, &s);
+/* Declare q (admission deadline timeout_ns from now, 0: alloc_timeout_ns). */
+static inline int fx_declare(struct fx *f, const struct fx_req *q, uint64_t timeout_ns)
+{
+	struct pd_tx_declare d = fx_decl(q, timeout_ns);
+
+	return pd_tx_declare(f->tx, &d, f->now);
+}
+
+static inline uint64_t fx_last_of(const struct fx *f, uint32_t type, const char *what)
+{
+	uint32_t i = f->nev;
+
+	while (i--)
+		if (f->ev[i].type == type)
+			return f->ev[i].seq;
+	fail_msg("no %s", what);
+	return 0;
 }
 
 /* The seq of the latest AllocRequest. */
 static inline uint64_t fx_last_seq(const struct fx *f)
 {
-	uint32_t i = f->nev;
+	return fx_last_of(f, EV_ALLOC, "AllocRequest");
+}
 
-	while (i--)
-		if (f->ev[i].type == EV_ALLOC)
-			return f->ev[i].seq;
-	fail_msg("no AllocRequest");
-	return 0;
+/* The seq of the latest Reserve. */
+static inline uint64_t fx_reserve_seq(const struct fx *f)
+{
+	return fx_last_of(f, EV_RESERVE, "Reserve");
+}
+
+/* The answer to Reserve seq: err 0 (admitted) or a refusal. */
+static inline int fx_admit(struct fx *f, uint64_t seq, int32_t err)
+{
+	struct pd_tx_resp m = { .peer = f->b[seq % FX_SEQS].peer, .seq = seq, .err = err };
+
+	return pd_tx_alloc_resp(f->tx, &m, f->now);
+}
+
+/* Declare q and, when it sent a Reserve, admit it at once. @return the
+ * declaration's result (-EEXIST: q was known already), or the answer's. */
+static inline int fx_open(struct fx *f, const struct fx_req *q)
+{
+	uint32_t nev = f->nev;
+	int rc = fx_declare(f, q, 0);
+
+	if (rc || fx_index(f, EV_RESERVE, nev) == f->nev)
+		return rc;
+	return fx_admit(f, fx_reserve_seq(f), 0);
+}
+
+/* A batch of n chunks of request q (is_last = last), declared and admitted
+ * first when q is new (unless f->manual). A declaration refused (other than
+ * -EEXIST) is returned without staging anything, as an agent would. */
+static inline int fx_put(struct fx *f, const struct fx_req *q, uint32_t n, uint32_t last)
+{
+	struct pd_tx_submit s = fx_sub(q, n, last, NULL);
+
+	if (!f->manual) {
+		int rc = fx_open(f, q);
+
+		if (rc && rc != -EEXIST)
+			return rc;
+	}
+	return fx_submit(f, &s);
 }
 
 /* AllocResponse for seq: grants every chunk but those in already[]. */
@@ -445,14 +556,6 @@ static inline const struct fx_ev *fx_last(const struct fx *f, uint32_t type)
 	return &none;
 }
 
-/* Position of the first event of type at or after from; f->nev when none. */
-static inline uint32_t fx_index(const struct fx *f, uint32_t type, uint32_t from)
-{
-	for (; from < f->nev; from++)
-		if (f->ev[from].type == type)
-			break;
-	return from;
-}
 
 /* Slots in [s0, s0 + n) each freed exactly `times` times. */
 static inline void fx_freed(const struct fx *f, uint32_t s0, uint32_t n, uint32_t times)
@@ -479,6 +582,7 @@ static inline void fx_ok(const struct fx *f)
 {
 	if (f->bad)
 		fail_msg("fake: %s", f->why);
+	assert_int_equal(pd_tx_check(f->tx), 0);
 }
 
 /* The live gauges are zero. */
@@ -489,6 +593,8 @@ static inline void fx_idle(const struct fx *f)
 	assert_int_equal(st.live_requests, 0);
 	assert_int_equal(st.live_batches, 0);
 	assert_int_equal(st.writes_in_flight, 0);
+	assert_int_equal(st.admitting, 0);
+	assert_int_equal(pd_tx_check(f->tx), 0);
 }
 
 #endif
