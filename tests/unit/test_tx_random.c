@@ -1,21 +1,33 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Sender request engine (broker/pd_tx.c, pd_tx_end.c) under seeded random
- * interleavings: submits (some inconsistent), AllocResponses in random
- * order (some errors, failed indexes, dedup, mismatches, unknown seqs),
- * write completions (some failures), write posts refused, cancels, agent
- * loss, peer failures and ticks over 4 req_ids x 2 ranks, 3 agents, 2
- * peers, with notify_failures on so that every request end shows as one
+ * Sender request engine (broker/pd_tx.c, pd_tx_admit.c, pd_tx_end.c) under
+ * seeded random interleavings: declarations (some with admission
+ * deadlines of their own, some of requests already known), answers to
+ * their Reserves (admitted, refused, answered with indexes, late, or never:
+ * then the deadline), submits (some inconsistent, some of requests never
+ * declared or not admitted yet), AllocResponses in random order (some
+ * errors, failed indexes, dedup, mismatches, unknown seqs), write
+ * completions (some failures), write posts refused, cancels, agent loss,
+ * peer failures and ticks over 4 req_ids x 2 ranks, 3 agents, 2 peers,
+ * with notify_failures on so that every request end shows as one
  * ProxyNotif.
  *
- * Checked after every event (by the fake in tx_fixture.h and by scan()):
- * a staging slot is freed at most once, never while its batch is being
- * written; PUT_DONE/PUT_FAILED at most once per request (right after its
- * ProxyNotif), never to a gone agent; ProxyNotif at most once per request
- * and, with status 0, only when every chunk of it completed; CancelNotif
- * only with no write of the request (any rank) in flight, never after its peer
- * failed. At the end, after cancelling everything and draining the
- * writes: every slot freed exactly once, nothing live, no tombstone.
+ * Checked after every event (by the fake in tx_fixture.h, by scan() and by
+ * pd_tx_check()): a staging slot is freed at most once, never while its
+ * batch is being written; no batch (AllocRequest) for a request not
+ * admitted, and pd_tx_check() finds every batch on an admitted request;
+ * ADMITTED at most once per request, only for one declared and waiting,
+ * never to a gone agent, and at once when its Reserve is answered; a batch
+ * of a request not declared is refused without an event, one of a request
+ * declared but not admitted fails it (-EPROTO); after a tick no request
+ * whose admission deadline passed is still waiting; PUT_DONE/PUT_FAILED at
+ * most once per request (right after its ProxyNotif), never to a gone
+ * agent; ProxyNotif at most once per request and, with status 0, only when
+ * every chunk of it completed; CancelNotif only with no write of the
+ * request (any rank) in flight, never after its peer failed. At the end,
+ * after cancelling everything and draining the writes: every late answer
+ * is stale, every slot freed exactly once, nothing live or waiting, no
+ * tombstone.
  *
  * PD_TX_SEED=n replays one seed; PD_TX_SEEDS=n sets how many (2000).
  */
@@ -34,6 +46,8 @@
 struct key {
 	uint32_t total, sent;
 	uint8_t last, open, peer_dead;
+	uint8_t admit;                 /* 1 declared, waiting; 2 admitted */
+	uint64_t deadline;             /* of its admission */
 	uint64_t first_seq;            /* seqs of its current request start here */
 };
 
@@ -44,11 +58,17 @@ struct h {
 	uint8_t seq_key[FX_SEQS];
 	uint64_t pending[FX_SEQS], writing[FX_SEQS];
 	uint32_t npending, nwriting;
+	uint64_t reserves[FX_SEQS];    /* Reserves not answered yet */
+	uint32_t nreserves;
+	uint64_t answered[FX_SEQS];    /* Reserves answered, or never to be */
+	uint32_t nanswered;
+	uint8_t silent[FX_SEQS];       /* a Reserve never answered (until the end) */
 	uint64_t max_seq;
 	uint32_t agent[NAGENTS];       /* current id of agent slot i */
 	uint32_t gone[64];
 	uint32_t ngone;
-	uint32_t submitting;           /* key + 1 during its submit */
+	uint32_t submitting;           /* key + 1 during its declaration or submit */
+	uint32_t admitted_now;         /* ADMITTED events in this step */
 };
 
 static const char *const ids[NIDS] = { "q0", "q1", "q2", "q3" };
@@ -90,7 +110,7 @@ static void check_complete(struct h *h, uint32_t k, const struct fx_ev *e)
 	for (s = h->k[k].first_seq; s <= h->max_seq; s++) {
 		const struct fx_batch *b = &f->b[s];
 
-		if (h->seq_key[s] != k)
+		if (h->seq_key[s] != k || b->reserve)
 			continue;
 		if (!b->resp_ok || (b->wrote && !b->done_ok))
 			fx_breach(f, "ProxyNotif %s/%u with seq %llu not complete", e->req,
@@ -121,28 +141,66 @@ static void on_proxy(struct h *h, const struct fx_ev *e)
 	uint32_t k = key_of(e->req, e->rank);
 	struct key *kk = &h->k[k];
 
-	/* A rank's first batch after a cancel of its request is refused and
+	/* A rank declared after a cancel of its request is refused and
 	 * reported at once (it never became a request). */
 	if (!kk->open && !(h->submitting == k + 1 && e->status == -ECANCELED))
 		fx_breach(h->f, "ProxyNotif %s/%u for no request", e->req, e->rank);
 	if (!e->status)
 		check_complete(h, k, e);
+	if (!e->status && kk->admit != 2)
+		fx_breach(h->f, "ProxyNotif %s/%u done, never admitted", e->req, e->rank);
 	memset(kk, 0, sizeof(*kk));
 	kk->first_seq = h->max_seq + 1;
+}
+
+static int gone(const struct h *h, uint32_t agent)
+{
+	for (uint32_t g = 0; g < h->ngone; g++)
+		if (h->gone[g] == agent)
+			return 1;
+	return 0;
 }
 
 static void on_agent(struct h *h, uint32_t i)
 {
 	const struct fx_ev *e = &h->f->ev[i], *p = i ? &h->f->ev[i - 1] : NULL;
-	uint32_t g;
 
 	if (!p || p->type != EV_PROXY || strcmp(p->req, e->req) || p->rank != e->rank ||
 	    p->status != e->status)
 		fx_breach(h->f, "agent event %s/%u not right after its ProxyNotif", e->req,
 			  e->rank);
-	for (g = 0; g < h->ngone; g++)
-		if (h->gone[g] == e->agent)
-			fx_breach(h->f, "agent event to gone agent %u", e->agent);
+	if (gone(h, e->agent))
+		fx_breach(h->f, "agent event to gone agent %u", e->agent);
+}
+
+/* Only a request declared and waiting is admitted, once, to a live agent. */
+static void on_admitted(struct h *h, const struct fx_ev *e)
+{
+	uint32_t k = key_of(e->req, e->rank);
+	struct key *kk = &h->k[k];
+
+	if (!kk->open || kk->admit != 1)
+		fx_breach(h->f, "ADMITTED %s/%u: open %u, admit %u", e->req, e->rank, kk->open,
+			  kk->admit);
+	if (gone(h, e->agent))
+		fx_breach(h->f, "ADMITTED to gone agent %u", e->agent);
+	if (e->chunks != kk->total)
+		fx_breach(h->f, "ADMITTED %s/%u with %u chunks, total %u", e->req, e->rank,
+			  e->chunks, kk->total);
+	kk->admit = 2;
+	h->admitted_now++;
+}
+
+/* A Reserve only at a declaration, for the request being declared. */
+static void on_reserve(struct h *h, const struct fx_ev *e)
+{
+	uint32_t k = key_of(e->req, e->rank);
+
+	if (h->submitting != k + 1 || e->chunks != h->k[k].total)
+		fx_breach(h->f, "Reserve %s/%u outside its declaration", e->req, e->rank);
+	h->seq_key[e->seq] = (uint8_t)k;
+	h->max_seq = e->seq;
+	h->reserves[h->nreserves++] = e->seq;
 }
 
 /* Walk the events of the last step, then forget them. */
@@ -155,9 +213,18 @@ static void scan(struct h *h)
 		const struct fx_ev *e = &f->ev[i];
 
 		if (e->type == EV_ALLOC) {
-			h->seq_key[e->seq] = (uint8_t)key_of(e->req, e->rank);
+			uint32_t k = key_of(e->req, e->rank);
+
+			if (!h->k[k].open || h->k[k].admit != 2)
+				fx_breach(f, "AllocRequest %s/%u of a request not admitted", e->req,
+					  e->rank);
+			h->seq_key[e->seq] = (uint8_t)k;
 			h->max_seq = e->seq;
 			h->pending[h->npending++] = e->seq;
+		} else if (e->type == EV_RESERVE) {
+			on_reserve(h, e);
+		} else if (e->type == EV_ADMITTED) {
+			on_admitted(h, e);
 		} else if (e->type == EV_WRITE && f->b[e->seq].writing) {
 			h->writing[h->nwriting++] = e->seq;
 		} else if (e->type == EV_CANCEL) {
@@ -168,6 +235,8 @@ static void scan(struct h *h)
 			on_agent(h, i);
 		}
 	}
+	if (!f->bad && pd_tx_check(f->tx) < 0)
+		fx_breach(f, "pd_tx_check failed");
 	f->nev = 0;
 }
 
@@ -182,19 +251,84 @@ static uint64_t take(struct h *h, uint64_t *list, uint32_t *n)
 	return seq;
 }
 
+/* A declaration: usually of a key with no request, now and then of an open
+ * one (-EEXIST); some with an admission deadline of their own. */
+static void ev_declare(struct h *h, uint32_t k)
+{
+	struct key *kk = &h->k[k];
+	uint64_t timeout = rnd(h, 3) ? 0 : 1 + rnd(h, 2 * TIMEOUT);
+	uint32_t was_open = kk->open, total = kk->open ? kk->total : rnd(h, 10);
+	struct fx_req q;
+	int rc;
+
+	q = key_req(h, k);
+	q.total = total;
+	h->submitting = k + 1;
+	if (!was_open)
+		kk->total = total;            /* what its Reserve must carry */
+	rc = fx_declare(h->f, &q, timeout);
+	if (was_open && rc != -EEXIST)
+		fx_breach(h->f, "declare of open %s/%u: %d", q.id, q.rank, rc);
+	if (rc && rc != -EEXIST && rc != -ECANCELED && rc != -EBUSY)
+		fx_breach(h->f, "declare: %d", rc);
+	if (!rc) {
+		memset(kk, 0, sizeof(*kk));
+		kk->open = 1;
+		kk->admit = 1;
+		kk->total = total;
+		kk->first_seq = h->max_seq + 1;
+		kk->deadline = h->f->now + (timeout ? timeout : TIMEOUT);
+	} else if (!was_open) {
+		kk->total = 0;
+	}
+	scan(h);
+	h->submitting = 0;
+}
+
+/* A batch of a key with no request: refused (never declared, or ended and
+ * still tombstoned), its staging freed, no event. */
+static void submit_closed(struct h *h, uint32_t k)
+{
+	struct fx_req q = key_req(h, k);
+	struct pd_tx_submit s;
+	uint32_t i;
+	int rc;
+
+	q.total = 1 + rnd(h, 4);
+	s = fx_sub(&q, 1, q.total == 1, NULL);
+	rc = fx_submit(h->f, &s);
+	if (rc != -ENOENT && rc != -ECANCELED && rc != -EPROTO)
+		fx_breach(h->f, "batch of closed %s/%u: %d", q.id, q.rank, rc);
+	for (i = 0; i < h->f->nev; i++)
+		if (h->f->ev[i].type != EV_FREE)
+			fx_breach(h->f, "batch of closed %s/%u: event %u", q.id, q.rank,
+				  h->f->ev[i].type);
+	scan(h);
+}
+
 static void ev_submit(struct h *h)
 {
-	uint32_t k = rnd(h, NKEYS), left, n, last, was_open = h->k[k].open;
+	uint32_t k = rnd(h, NKEYS), left, n, last;
 	struct key *kk = &h->k[k];
 	struct fx_req q;
 	struct pd_tx_submit s;
-	struct pd_tx_stats st0, st1;
 	int rc;
 
+	if (!kk->open) {
+		if (rnd(h, 8))
+			ev_declare(h, k);
+		else
+			submit_closed(h, k);
+		return;
+	}
+	if (!rnd(h, 30)) {
+		ev_declare(h, k);                  /* known: -EEXIST */
+		return;
+	}
+	if (kk->admit != 2 && rnd(h, 10))
+		return;                            /* the agent waits for admission */
 	if (kk->last && rnd(h, 20))
 		return;                            /* now and then, a batch after the last */
-	if (!kk->total && !kk->sent)
-		kk->total = rnd(h, 10);
 	left = kk->total - kk->sent;
 	n = left ? 1 + rnd(h, left < 4 ? left : 4) : 0;
 	last = n == left && (!n || rnd(h, 4));
@@ -202,25 +336,18 @@ static void ev_submit(struct h *h)
 	s = fx_sub(&q, n, last, NULL);
 	if (!rnd(h, 40))
 		s.total_chunks++;                  /* inconsistent */
-	pd_tx_get_stats(h->f->tx, &st0);
 	h->submitting = k + 1;
 	rc = fx_submit(h->f, &s);
-	if (rc && rc != -EPROTO && rc != -ECANCELED && rc != -EBUSY)
+	if (kk->admit != 2 && rc != -EPROTO && rc != -ECANCELED)
+		fx_breach(h->f, "batch before admission of %s/%u: %d", q.id, q.rank, rc);
+	if (rc && rc != -EPROTO && rc != -ECANCELED)
 		fx_breach(h->f, "submit: %d", rc);
-	if (!rc || rc == -EPROTO)
-		kk->open = 1;
 	if (!rc) {
 		kk->sent += n;
 		kk->last = (uint8_t)last;
 	}
 	scan(h);
 	h->submitting = 0;
-	pd_tx_get_stats(h->f->tx, &st1);
-	/* -EPROTO on no request: created and failed (closed by its ProxyNotif
-	 * now, or later once its other rank's writes drain: then it is still
-	 * live), or a completed one's tombstone (nothing happened). */
-	if (rc == -EPROTO && !was_open)
-		kk->open = st1.live_requests > st0.live_requests;
 }
 
 /* Some positions of an n-chunk batch, distinct, in random order. */
@@ -239,6 +366,54 @@ static uint32_t some_positions(struct h *h, int32_t *pos, uint32_t n)
 		pos[j] = t;
 	}
 	return m;
+}
+
+/* The answer to a Reserve: admitted mostly; refused; with indexes (a
+ * corrupt answer); or never (its deadline then fails it). A second
+ * answer to one answered before is stale. */
+static void ev_answer(struct h *h)
+{
+	struct fx *f = h->f;
+	uint32_t kind = rnd(h, 100);
+	int32_t one[1] = { 7 };
+	struct pd_tx_resp m = { .remote = one };
+	int rc;
+
+	if (!h->nreserves || kind < 5) {
+		if (!h->nanswered)
+			return;
+		m.seq = h->answered[rnd(h, h->nanswered)];
+		m.peer = f->b[m.seq].peer;
+		if (h->silent[m.seq])             /* never answered: may still wait */
+			return;
+		if (pd_tx_alloc_resp(f->tx, &m, f->now) != -ENOENT)
+			fx_breach(f, "second answer to Reserve %llu", (unsigned long long)m.seq);
+		scan(h);
+		return;
+	}
+	m.seq = take(h, h->reserves, &h->nreserves);
+	m.peer = f->b[m.seq].peer;
+	h->answered[h->nanswered++] = m.seq;
+	if (kind < 15) {
+		h->silent[m.seq] = 1;             /* its deadline answers */
+		return;
+	}
+	if (kind < 25)
+		m.err = kind < 20 ? -EBUSY : -ETIMEDOUT;
+	else if (kind < 30)
+		m.n = 1;
+	h->admitted_now = 0;
+	rc = pd_tx_alloc_resp(f->tx, &m, f->now);
+	if (rc && rc != -ENOENT && !(rc == -EPROTO && m.n))
+		fx_breach(f, "answer to Reserve %llu: %d", (unsigned long long)m.seq, rc);
+	if (!rc && m.n)
+		fx_breach(f, "Reserve %llu answered with indexes: 0", (unsigned long long)m.seq);
+	scan(h);
+	/* A Reserve still waiting belongs to a waiting request: the answer (rc
+	 * 0) admits it at once, unless it is a refusal. */
+	if (h->admitted_now != (!rc && !m.err && !m.n))
+		fx_breach(f, "Reserve %llu (err %d, n %u): rc %d, %u admitted",
+			  (unsigned long long)m.seq, m.err, m.n, rc, h->admitted_now);
 }
 
 static void ev_respond(struct h *h)
@@ -325,12 +500,25 @@ static void ev_peer_failed(struct h *h)
 	scan(h);
 }
 
+/* No request whose admission deadline passed is still waiting. */
+static void on_info(void *ctx, const struct pd_tx_info *i)
+{
+	struct h *h = ctx;
+	uint32_t k = (uint32_t)(i->req_id[1] - '0') * NRANKS + i->rank;
+
+	if (i->state == PD_TX_INFO_DECLARED && h->k[k].deadline <= h->f->now)
+		fx_breach(h->f, "q%u/%u still declared at %llu, deadline %llu", k / NRANKS,
+			  i->rank, (unsigned long long)h->f->now,
+			  (unsigned long long)h->k[k].deadline);
+}
+
 static void ev_tick(struct h *h)
 {
 	h->f->now += rnd(h, 2 * TOMBSTONE / 10);
 	if (pd_tx_tick(h->f->tx, h->f->now) < 0)
 		fx_breach(h->f, "tick failed");
 	scan(h);
+	pd_tx_foreach(h->f->tx, on_info, h);
 }
 
 static void step(struct h *h)
@@ -339,6 +527,8 @@ static void step(struct h *h)
 
 	if (r < 35)
 		ev_submit(h);
+	else if (r < 47)
+		ev_answer(h);
 	else if (r < 62)
 		ev_respond(h);
 	else if (r < 84)
@@ -367,15 +557,27 @@ static void finish(struct h *h)
 	while (h->npending)
 		if (fx_grant(h->f, take(h, h->pending, &h->npending)) != -ENOENT)
 			fx_breach(h->f, "a batch outlived its request");
+	while (h->nreserves)
+		if (fx_admit(h->f, take(h, h->reserves, &h->nreserves), 0) != -ENOENT)
+			fx_breach(h->f, "a Reserve outlived its request");
 	h->f->now += 1000000;
 	pd_tx_tick(h->f->tx, h->f->now);
+	scan(h);
+	for (i = 0; i < h->nanswered; i++)       /* the never-answered ones too */
+		if (fx_admit(h->f, h->answered[i], 0) != -ENOENT)
+			fx_breach(h->f, "late answer to Reserve %llu not stale",
+				  (unsigned long long)h->answered[i]);
 	scan(h);
 	for (k = 0; k < NKEYS; k++)
 		if (h->k[k].open)
 			fx_breach(h->f, "request %u never ended", k);
 	pd_tx_get_stats(h->f->tx, &st);
-	if (st.live_requests || st.live_batches || st.writes_in_flight || st.tombstones)
+	if (st.live_requests || st.live_batches || st.writes_in_flight || st.tombstones ||
+	    st.admitting)
 		fx_breach(h->f, "gauges not 0 at the end");
+	if (st.admitted > st.declared || !st.declared)
+		fx_breach(h->f, "declared %llu, admitted %llu", (unsigned long long)st.declared,
+			  (unsigned long long)st.admitted);
 }
 
 static int run_seed(uint32_t seed, uint32_t steps)
