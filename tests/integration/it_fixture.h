@@ -44,12 +44,13 @@ struct it_opts {
 	const char *d_transport;         /* the decode broker's; NULL: transport */
 	const char *require;             /* prefill brokers' --require; NULL: none */
 	const char *heartbeat;           /* every broker's --heartbeat; NULL: 200ms */
+	const char *d_admission;         /* the decode broker's --admission-timeout; NULL: its default */
 };
 
 /* A broker's command line, kept while it may be restarted. */
 struct it_args {
 	char send[16], recv[16];
-	const char *v[20];
+	const char *v[24];
 };
 
 struct it {
@@ -74,7 +75,8 @@ static inline const char *const *it_args(struct it_args *a, uint32_t send, uint3
 {
 	const char *const flags[][2] = { { "--transport", transport },
 					 { "--proxy", prefill ? o->proxy : NULL },
-					 { "--require", prefill ? o->require : NULL } };
+					 { "--require", prefill ? o->require : NULL },
+					 { "--admission-timeout", prefill ? NULL : o->d_admission } };
 	const char *const base[] = { "--send-slots", a->send, "--recv-slots", a->recv,
 				     "--slot-size", "64K", "--heartbeat",
 				     o->heartbeat ? o->heartbeat : "200ms", "--log-level", "info" };
