@@ -192,6 +192,38 @@ static void test_agents_requests_peers(void **state)
 	it_stop(t, 0);
 }
 
+/* Admission as operators see it: on the sender, a request admitted with
+ * nothing in flight is "admitted", one still waiting for admission is
+ * "declared"; on the receiver the latter is "waiting". */
+static void test_requests_show_admission(void **state)
+{
+	struct it *t = it_start(8, 8);
+	struct pd_run_result r = { 0 };
+
+	(void)state;
+	assert_int_equal(it_put(t, "A", 0, 4, 8), 0);
+	assert_int_equal(it_wait_free(&t->p, 0, 8), 8); /* A's batch is through */
+	assert_int_equal(it_declare_on(t, t->pa, "B", 4), 0);
+	assert_int_equal(it_wait_stat(&t->d, "rx.waiting_requests", 1), 1);
+	RUN(&t->p, 0, "--json", "requests");
+	assert_int_equal(pd_json_count(r.out, "rows"), 2);
+	expect_jstr(r.out, "rows[0].req_id", "A");
+	expect_jstr(r.out, "rows[0].state", "admitted");
+	expect_jstr(r.out, "rows[1].req_id", "B");
+	expect_jstr(r.out, "rows[1].state", "declared");
+	RUN(&t->p, 0, "--json", "requests", "--state", "declared");
+	assert_int_equal(pd_json_count(r.out, "rows"), 1);
+	RUN(&t->d, 0, "--json", "requests", "--state", "waiting");
+	assert_int_equal(pd_json_count(r.out, "rows"), 1);
+	expect_jstr(r.out, "rows[0].req_id", "B");
+	RUN(&t->p, 0, "requests");
+	expect_has(r.out, "declared");
+	assert_int_equal(pd_cancel(t->pa, "B"), 0);
+	assert_int_equal(it_expect_event_from(t->pa, "B", PD_EV_PUT_FAILED), -ECANCELED);
+	pd_run_free(&r);
+	it_stop(t, 0);
+}
+
 static void test_cancel(void **state)
 {
 	struct it *t = start_with_transfer();
@@ -512,6 +544,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_status_text_and_json),
 		cmocka_unit_test(test_agents_requests_peers),
+		cmocka_unit_test(test_requests_show_admission),
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_metrics_well_formed),
 		cmocka_unit_test(test_watch_count),
