@@ -309,6 +309,13 @@ static void test_key_and_req_id_bounds(void **state)
 	fx_expect(big, len, -EPROTO, "field 'req_id' has a length");
 	len = build_swap(PD_MSG_PROXY, "req_id", raw, n);
 	fx_expect(big, len, -EPROTO, "ProxyNotif: field 'req_id'");
+	len = build_swap(PD_MSG_RESERVE, "req_id", raw, n);
+	fx_expect(big, len, -EPROTO, "Reserve: field 'req_id' has a length");
+	n = make_str(raw, PD_REQ_ID_MAX);
+	expect_ok(big, build_swap(PD_MSG_RESERVE, "req_id", raw, n));
+	/* A Reserve names its request: an empty id is not one. */
+	len = build_swap(PD_MSG_RESERVE, "req_id", "\xa0", 1);
+	fx_expect(big, len, -EPROTO, "Reserve: field 'req_id' has a length");
 	n = make_str(raw, PD_WIRE_NAME_MAX + 1);
 	len = build_swap(PD_MSG_HELLO, "name", raw, n);
 	fx_expect(big, len, -EPROTO, "field 'name' has a length");
@@ -503,6 +510,20 @@ static void test_ranges(void **state)
 		{ PD_MSG_HELLO, "xports", FX_RAW("\x92\xa3" "tcp" "\xa0"), false },
 		{ PD_MSG_HELLO, "addrs", FX_RAW("\x91\xa0"), false },
 		{ PD_MSG_HELLO, "name", FX_RAW("\xa0"), false },
+		{ PD_MSG_RESERVE, "total_chunks", FX_RAW("\x00"), false },
+		{ PD_MSG_RESERVE, "total_chunks", FX_RAW("\x01"), true },
+		{ PD_MSG_RESERVE, "total_chunks", FX_RAW("\xce\xff\xff\xff\xff"), true },
+		{ PD_MSG_RESERVE, "total_chunks", FX_RAW("\xcf\0\0\0\x01\0\0\0\0"), false },
+		{ PD_MSG_RESERVE, "total_chunks", FX_RAW("\xff"), false },
+		{ PD_MSG_RESERVE, "world_size", FX_RAW("\x00"), false },
+		{ PD_MSG_RESERVE, "world_size", FX_RAW("\x01"), false },   /* rank 1 */
+		{ PD_MSG_RESERVE, "world_size", FX_RAW("\xce\xff\xff\xff\xff"), true },
+		{ PD_MSG_RESERVE, "rank", FX_RAW("\x02"), false },         /* world_size 2 */
+		{ PD_MSG_RESERVE, "rank", FX_RAW("\x00"), true },
+		{ PD_MSG_RESERVE, "rank", FX_RAW("\xff"), false },
+		{ PD_MSG_RESERVE, "seq", FX_RAW("\xff"), false },
+		{ PD_MSG_RESERVE, "seq", FX_RAW("\x00"), true },
+		{ PD_MSG_RESERVE, "seq", FX_RAW("\xcf\xff\xff\xff\xff\xff\xff\xff\xff"), true },
 	};
 
 	(void)state;
@@ -546,6 +567,38 @@ static void test_encode_args(void **state)
 	assert_null(pd_wire_type_name(0));
 	assert_null(pd_wire_type_name(PD_MSG_MAX + 1));
 	pd_wire_buf_fini(&b);
+}
+
+/* A Reserve out of bounds is not encoded: every field, and rank < world. */
+static void reserve_bounds(void)
+{
+	static const uint8_t id[PD_REQ_ID_MAX + 1];
+	struct pd_wire_buf b;
+	struct pd_msg m;
+
+	fx_fill(PD_MSG_RESERVE, &m);
+	m.u.reserve.req_id.len = 0;
+	expect_einval(&m);                           /* empty req_id */
+	m.u.reserve.req_id = (struct pd_bytes){ id, PD_REQ_ID_MAX + 1 };
+	expect_einval(&m);                           /* 128 bytes */
+	m.u.reserve.req_id.p = NULL;
+	m.u.reserve.req_id.len = 3;
+	expect_einval(&m);
+	m.u.reserve.req_id = (struct pd_bytes){ id, PD_REQ_ID_MAX };
+	pd_wire_buf_init(&b);
+	assert_int_equal(pd_wire_encode(&m, &b), 0); /* 127 is fine */
+	pd_wire_buf_fini(&b);
+	m.u.reserve.total_chunks = 0;
+	expect_einval(&m);
+	fx_fill(PD_MSG_RESERVE, &m);
+	m.u.reserve.world_size = 0;
+	m.u.reserve.rank = 0;
+	expect_einval(&m);
+	fx_fill(PD_MSG_RESERVE, &m);
+	m.u.reserve.rank = m.u.reserve.world_size;
+	expect_einval(&m);
+	m.u.reserve.rank = UINT32_MAX;
+	expect_einval(&m);
 }
 
 static void test_encode_bounds(void **state)
@@ -609,6 +662,7 @@ static void test_encode_bounds(void **state)
 	fx_fill(PD_MSG_ERROR, &m);
 	m.u.error.code = 0;
 	expect_einval(&m);
+	reserve_bounds();
 }
 
 /* Prestate: the index of the fixture message. */
@@ -629,12 +683,12 @@ int main(void)
 		PER_TYPE(test_field_missing, 2), PER_TYPE(test_field_missing, 3),
 		PER_TYPE(test_field_missing, 4), PER_TYPE(test_field_missing, 5),
 		PER_TYPE(test_field_missing, 6), PER_TYPE(test_field_missing, 7),
-		PER_TYPE(test_field_missing, 8),
+		PER_TYPE(test_field_missing, 8), PER_TYPE(test_field_missing, 9),
 		PER_TYPE(test_field_mistyped, 0), PER_TYPE(test_field_mistyped, 1),
 		PER_TYPE(test_field_mistyped, 2), PER_TYPE(test_field_mistyped, 3),
 		PER_TYPE(test_field_mistyped, 4), PER_TYPE(test_field_mistyped, 5),
 		PER_TYPE(test_field_mistyped, 6), PER_TYPE(test_field_mistyped, 7),
-		PER_TYPE(test_field_mistyped, 8),
+		PER_TYPE(test_field_mistyped, 8), PER_TYPE(test_field_mistyped, 9),
 		cmocka_unit_test(test_field_twice),
 		cmocka_unit_test(test_key_and_req_id_bounds),
 		cmocka_unit_test(test_too_many_keys),

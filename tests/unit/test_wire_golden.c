@@ -3,8 +3,8 @@
  * Wire codec, positive cases: golden byte vectors written by hand from the
  * msgpack specification for the four messages LMCache's PD backend sends
  * (msgspec: a map whose first entry is "type": "<Class>", then every field
- * in declaration order, defaults included), pdkv's encodings of them, round
- * trips of every message, unknown fields and field order.
+ * in declaration order, defaults included), pdkv's encodings of them, pdkv's
+ * own Reserve, round trips of every message, unknown fields and field order.
  */
 #include <msgpack.h>
 
@@ -88,6 +88,44 @@ static const uint8_t lmc_cancel[] = {
 	0xa2, 'r', '1',
 	0xa4, 'k', 'e', 'y', 's',
 	0x91, 0xa2, 'k', '0',                           /* ["k0"] */
+};
+
+/* pdkv's own: Reserve{seq: 5, req_id: "r1", total_chunks: 2, world_size: 2,
+ * rank: 1}, every field in the table's order (all of them required). */
+static const uint8_t pd_reserve[] = {
+	0x86,                                           /* fixmap, 6 entries */
+	0xa4, 't', 'y', 'p', 'e',
+	0xa7, 'R', 'e', 's', 'e', 'r', 'v', 'e',        /* fixstr 7 */
+	0xa3, 's', 'e', 'q',
+	0x05,
+	0xa6, 'r', 'e', 'q', '_', 'i', 'd',
+	0xa2, 'r', '1',
+	0xac, 't', 'o', 't', 'a', 'l', '_', 'c', 'h', 'u', 'n', 'k', 's',
+	0x02,
+	0xaa, 'w', 'o', 'r', 'l', 'd', '_', 's', 'i', 'z', 'e', /* fixstr 10 */
+	0x02,
+	0xa4, 'r', 'a', 'n', 'k',
+	0x01,
+};
+
+/* The same with the widest values: seq 2^64-1 (uint64), total 65536
+ * (uint32), world 300 and rank 299 (uint16), a 32-byte req_id (str8). */
+static const uint8_t pd_reserve_wide[] = {
+	0x86,
+	0xa4, 't', 'y', 'p', 'e',
+	0xa7, 'R', 'e', 's', 'e', 'r', 'v', 'e',
+	0xa3, 's', 'e', 'q',
+	0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+	0xa6, 'r', 'e', 'q', '_', 'i', 'd',
+	0xd9, 0x20,                                     /* str8, 32 bytes */
+	'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f',
+	'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f',
+	0xac, 't', 'o', 't', 'a', 'l', '_', 'c', 'h', 'u', 'n', 'k', 's',
+	0xce, 0x00, 0x01, 0x00, 0x00,
+	0xaa, 'w', 'o', 'r', 'l', 'd', '_', 's', 'i', 'z', 'e',
+	0xcd, 0x01, 0x2c,
+	0xa4, 'r', 'a', 'n', 'k',
+	0xcd, 0x01, 0x2b,
 };
 
 static void decode_ok(struct pd_wire_dec *d, const void *p, size_t len, struct pd_msg *m)
@@ -230,6 +268,42 @@ static void test_golden_cancel(void **state)
 	encode_ok(&m, &b);
 	assert_int_equal(b.len, sizeof(lmc_cancel));
 	assert_memory_equal(b.data, lmc_cancel, b.len);
+	pd_wire_buf_fini(&b);
+	pd_wire_dec_fini(&d);
+}
+
+static void test_golden_reserve(void **state)
+{
+	static const char id32[] = "0123456789abcdef0123456789abcdef";
+	struct pd_msg m, mine = { .type = PD_MSG_RESERVE };
+	struct pd_wire_dec d;
+	struct pd_wire_buf b;
+
+	(void)state;
+	pd_wire_dec_init(&d);
+	decode_ok(&d, pd_reserve, sizeof(pd_reserve), &m);
+	assert_int_equal(m.type, PD_MSG_RESERVE);
+	assert_int_equal(m.u.reserve.seq, 5);
+	assert_bytes(m.u.reserve.req_id, "r1");
+	assert_int_equal(m.u.reserve.total_chunks, 2);
+	assert_int_equal(m.u.reserve.world_size, 2);
+	assert_int_equal(m.u.reserve.rank, 1);
+
+	mine.u.reserve = (struct pd_msg_reserve){ .seq = 5, .req_id = fx_b("r1"),
+						  .total_chunks = 2, .world_size = 2, .rank = 1 };
+	pd_wire_buf_init(&b);
+	encode_ok(&mine, &b);
+	assert_int_equal(b.len, sizeof(pd_reserve));
+	assert_memory_equal(b.data, pd_reserve, b.len);
+
+	mine.u.reserve = (struct pd_msg_reserve){ .seq = UINT64_MAX, .req_id = fx_b(id32),
+						  .total_chunks = 65536, .world_size = 300,
+						  .rank = 299 };
+	encode_ok(&mine, &b);
+	assert_int_equal(b.len, sizeof(pd_reserve_wide));
+	assert_memory_equal(b.data, pd_reserve_wide, b.len);
+	decode_ok(&d, pd_reserve_wide, sizeof(pd_reserve_wide), &m);
+	fx_msg_eq(&mine, &m);
 	pd_wire_buf_fini(&b);
 	pd_wire_dec_fini(&d);
 }
@@ -434,6 +508,7 @@ int main(void)
 		cmocka_unit_test(test_golden_alloc_response),
 		cmocka_unit_test(test_golden_proxy),
 		cmocka_unit_test(test_golden_cancel),
+		cmocka_unit_test(test_golden_reserve),
 		cmocka_unit_test(test_encode_alloc_request_order),
 		cmocka_unit_test(test_roundtrip_all),
 		cmocka_unit_test(test_roundtrip_minimal),

@@ -131,6 +131,13 @@ static inline const struct fx_msg *fx_msgs(size_t *n)
 		{ "code", FX_RAW("\xf2"), FX_RAW("\xa1" "x"), true },
 		{ "text", FX_RAW("\xa3" "bad"), FX_RAW("\x01"), false },
 	};
+	static const struct fx_field reserve[] = {
+		{ "seq", FX_RAW("\x05"), FX_RAW("\xa1" "x"), true },
+		{ "req_id", FX_RAW("\xa2" "r1"), FX_RAW("\x01"), true },
+		{ "total_chunks", FX_RAW("\x02"), FX_RAW("\xc3"), true },
+		{ "world_size", FX_RAW("\x02"), FX_RAW("\xa1" "x"), true },
+		{ "rank", FX_RAW("\x01"), FX_RAW("\xc2"), true },
+	};
 #define FX_MSG(t, id, f) { t, id, f, FX_N(f) }
 	static const struct fx_msg msgs[] = {
 		FX_MSG("Hello", PD_MSG_HELLO, hello),
@@ -142,6 +149,7 @@ static inline const struct fx_msg *fx_msgs(size_t *n)
 		FX_MSG("ProxyNotif", PD_MSG_PROXY, proxy),
 		FX_MSG("Heartbeat", PD_MSG_HEARTBEAT, heartbeat),
 		FX_MSG("Error", PD_MSG_ERROR, error),
+		FX_MSG("Reserve", PD_MSG_RESERVE, reserve),
 	};
 #undef FX_MSG
 	*n = FX_N(msgs);
@@ -339,6 +347,11 @@ static inline void fx_fill(uint32_t type, struct pd_msg *m)
 		m->u.heartbeat = (struct pd_msg_heartbeat){ .epoch = 42,
 			.time_ns = 1700000000123456789ull };
 		break;
+	case PD_MSG_RESERVE:
+		m->u.reserve = (struct pd_msg_reserve){ .seq = 1ull << 40,
+			.req_id = fx_b("req-1"), .total_chunks = 100000, .world_size = 4,
+			.rank = 3 };
+		break;
 	default:
 		m->u.error = (struct pd_msg_error){ .seq = 9, .code = -EPROTO,
 			.text = fx_b("corrupt") };
@@ -460,6 +473,13 @@ static inline void fx_msg_eq(const struct pd_msg *a, const struct pd_msg *b)
 	case PD_MSG_HEARTBEAT:
 		assert_int_equal(a->u.heartbeat.epoch, b->u.heartbeat.epoch);
 		assert_int_equal(a->u.heartbeat.time_ns, b->u.heartbeat.time_ns);
+		break;
+	case PD_MSG_RESERVE:
+		assert_int_equal(a->u.reserve.seq, b->u.reserve.seq);
+		fx_bytes_eq(a->u.reserve.req_id, b->u.reserve.req_id);
+		assert_int_equal(a->u.reserve.total_chunks, b->u.reserve.total_chunks);
+		assert_int_equal(a->u.reserve.world_size, b->u.reserve.world_size);
+		assert_int_equal(a->u.reserve.rank, b->u.reserve.rank);
 		break;
 	default:
 		assert_int_equal(a->u.error.seq, b->u.error.seq);
