@@ -3,7 +3,8 @@
  * Control plane: bad arguments, malformed input from a raw ZeroMQ DEALER
  * (counted by cause, answered with an Error, the next valid message still
  * delivered), then the handshake both ways (one id per remote broker),
- * request/response routing, and messages held until the HelloAck.
+ * request/response routing (AllocRequest and Reserve), and messages held
+ * until the HelloAck.
  * Liveness, restarts, aliases, ProxyNotif and idle CPU: test_ctrl_live.c.
  */
 #include <msgpack.h>
@@ -495,6 +496,129 @@ static void test_held_bounded_and_dropped(void **state)
 	fx_node_stop(a);
 }
 
+/* ---- Reserve ------------------------------------------------------------------- */
+
+static struct pd_msg reserve_msg(uint64_t seq, const char *req_id)
+{
+	struct pd_msg m = { .type = PD_MSG_RESERVE };
+
+	m.u.reserve = (struct pd_msg_reserve){
+		.seq = seq, .req_id = { (const uint8_t *)req_id, (uint32_t)strlen(req_id) },
+		.total_chunks = 4, .world_size = 2, .rank = 1,
+	};
+	return m;
+}
+
+/* The answer to a Reserve: an AllocResponse of its seq with no indexes. */
+static struct pd_msg reserve_answer(uint64_t seq)
+{
+	struct pd_msg m = { .type = PD_MSG_ALLOC_RESP };
+
+	m.u.alloc_resp = (struct pd_msg_alloc_resp){ .seq = seq, .has_seq = 1 };
+	return m;
+}
+
+static int cmd_dial_reserve(struct fx_node *n, void *arg)
+{
+	struct dial_send_arg *a = arg;
+	struct pd_msg m = reserve_msg(31, "held-r");
+	int rc = pd_ctrl_peer(n->ctrl, a->ep, &a->peer);
+
+	if (rc == 0)
+		a->rc[0] = pd_ctrl_send(n->ctrl, a->peer, &m);
+	return rc;
+}
+
+/* A Reserve is sent like an AllocRequest (held until the HelloAck, then
+ * delivered to on_msg) and its answer goes back to the sender; Reserves
+ * each way. */
+static void test_reserve_routed_and_answered(void **state)
+{
+	struct fx_match rsv = { .kind = FX_EV_MSG, .type = PD_MSG_RESERVE };
+	struct fx_match up = { .kind = FX_EV_UP };
+	struct dial_send_arg d = { 0 };
+	struct fx_node *a, *b;
+	struct pd_msg m;
+	uint32_t pb;
+
+	(void)state;
+	start_pair(&a, &b, 50);
+	d.ep = b->endpoint;
+	assert_int_equal(fx_call(a, cmd_dial_reserve, &d), 0);
+	assert_int_equal(d.rc[0], 0);
+	assert_int_equal(fx_stats(a).queued, 1);               /* held for the HelloAck */
+	assert_int_equal(fx_wait(b, rsv, 1, WAIT_MS), 1);
+	assert_int_equal(fx_wait(b, up, 1, WAIT_MS), 1);
+	pb = fx_nth(b, up, 0).peer;
+	assert_int_equal(fx_nth(b, rsv, 0).peer, pb);
+	m = reserve_answer(31);
+	assert_int_equal(fx_send(b, pb, &m), 0);
+	expect_msg(a, d.peer, PD_MSG_ALLOC_RESP, 31);
+	/* b asks a now (b answers through its ROUTER, asks through a DEALER). */
+	assert_int_equal(fx_peer(b, a->endpoint), pb);
+	m = reserve_msg(32, "r-ba");
+	assert_int_equal(fx_send(b, pb, &m), 0);
+	assert_int_equal(fx_wait(a, rsv, 1, WAIT_MS), 1);
+	assert_int_equal(fx_nth(a, rsv, 0).peer, d.peer);
+	m = reserve_answer(32);
+	assert_int_equal(fx_send(a, d.peer, &m), 0);
+	expect_msg(b, pb, PD_MSG_ALLOC_RESP, 32);
+	assert_int_equal(fx_stats(a).dropped, 0);
+	assert_int_equal(fx_stats(b).bad_schema, 0);
+	fx_node_stop(a);
+	fx_node_stop(b);
+}
+
+/* From a raw DEALER: a Reserve is delivered and its answer comes back on
+ * that DEALER; one breaking rank < world_size is refused (-EPROTO); one
+ * without a session gets an Error -ENOTCONN carrying its seq. */
+static void test_reserve_from_raw_dealer(void **state)
+{
+	static const char bad_rank[] =
+		"\x86\xa4" "type" "\xa7" "Reserve" "\xa3" "seq" "\x05" "\xa6" "req_id" "\xa2" "r1"
+		"\xac" "total_chunks" "\x02" "\xaa" "world_size" "\x01" "\xa4" "rank" "\x01";
+	struct fx_node_cfg cfg = { .name = "b", .hb_ms = 5000 };
+	struct fx_match rsv = { .kind = FX_EV_MSG, .type = PD_MSG_RESERVE };
+	struct pd_msg m, reply;
+	struct fx_raw other;
+	struct mal t = { 0 };
+	int rc;
+
+	(void)state;
+	t.b = fx_node_start(&cfg, &rc);
+	assert_int_equal(rc, 0);
+	pd_wire_dec_init(&t.dec);
+	fx_raw_open(&t.raw, t.b->endpoint);
+	raw_hello(&t);
+	m = reserve_msg(41, "raw-r");
+	fx_raw_send_msg(&t.raw, &m);
+	assert_int_equal(fx_wait(t.b, rsv, 1, WAIT_MS), 1);
+	assert_int_equal(fx_nth(t.b, rsv, 0).peer, t.peer);
+	m = reserve_answer(41);
+	assert_int_equal(fx_send(t.b, t.peer, &m), 0);
+	fx_raw_recv(&t.raw, &t.dec, &reply, WAIT_MS);
+	assert_int_equal(reply.type, PD_MSG_ALLOC_RESP);
+	assert_int_equal(reply.u.alloc_resp.seq, 41);
+	assert_int_equal(reply.u.alloc_resp.n, 0);
+	fx_raw_send(&t.raw, bad_rank, sizeof(bad_rank) - 1);
+	expect_error_then_valid(&t, -EPROTO);
+	assert_int_equal(fx_count(t.b, rsv), 1);
+	assert_int_equal(fx_stats(t.b).bad_schema, 1);
+	fx_raw_open(&other, t.b->endpoint);
+	m = reserve_msg(77, "nosession");
+	fx_raw_send_msg(&other, &m);
+	fx_raw_recv(&other, &t.dec, &reply, WAIT_MS);
+	assert_int_equal(reply.type, PD_MSG_ERROR);
+	assert_int_equal(reply.u.error.code, -ENOTCONN);
+	assert_int_equal(reply.u.error.seq, 77);
+	fx_raw_close(&other);
+	assert_int_equal(fx_count(t.b, rsv), 1);
+	assert_int_equal(fx_stats(t.b).bad_peer, 1);
+	fx_raw_close(&t.raw);
+	pd_wire_dec_fini(&t.dec);
+	fx_node_stop(t.b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -504,6 +628,8 @@ int main(void)
 		cmocka_unit_test(test_handshake_both_ways),
 		cmocka_unit_test(test_held_until_ack),
 		cmocka_unit_test(test_held_bounded_and_dropped),
+		cmocka_unit_test(test_reserve_routed_and_answered),
+		cmocka_unit_test(test_reserve_from_raw_dealer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
