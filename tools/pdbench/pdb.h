@@ -9,8 +9,12 @@
  * an agent). In --local mode it starts the brokers (pdbroker children).
  * Then it forks one worker process per (broker, TP rank): prefill workers
  * send, decode workers receive and verify. Workers talk to the coordinator
- * over a SOCK_SEQPACKET socketpair, one struct pd_bench_msg per packet, and
- * run a few threads each (one per request in flight).
+ * over a SOCK_SEQPACKET socketpair, one struct pd_bench_msg per packet.
+ * Decode workers run a thread per request in flight. Prefill workers run
+ * one of two engines (--engine): "step" (pdb_engine.c), one thread running
+ * scheduler steps over every request in flight, as an inference engine with
+ * chunked prefill does; or "threads" (pdb_send.c), a thread per request in
+ * flight blocking in pd_alloc().
  */
 #include <signal.h>
 #include <stddef.h>
@@ -29,6 +33,11 @@ struct pd_stats;
 #define PD_BENCH_EP_MAX      127u   /* PD_ENDPOINT_MAX */
 #define PD_BENCH_PATH_MAX    256u
 #define PD_BENCH_SLICE_MS    250u   /* decode waits re-check their orders this often */
+#define PD_BENCH_MAX_HOLD_MS 60000u
+
+/* Prefill engines (--engine). */
+#define PD_BENCH_ENGINE_STEP    1u  /* one thread, scheduler steps (the default) */
+#define PD_BENCH_ENGINE_THREADS 2u  /* a thread per request in flight */
 
 /* ---- options (pdb_opts.c) --------------------------------------------------- */
 
@@ -45,6 +54,8 @@ struct pd_bench_opts {
 	double abort_rate;
 	int partial;                 /* the last chunk of each rank is partial */
 	int early_wait;              /* decode ranks wait from the start, in slices */
+	uint32_t engine;             /* PD_BENCH_ENGINE_* */
+	uint32_t decode_hold_ms;     /* a decode rank holds a verified request this long */
 	char proxy[PD_BENCH_EP_MAX + 1];
 	char phost[64], dhost[64];   /* --local: the brokers' control and data address */
 	uint64_t seed;
@@ -70,7 +81,7 @@ struct pd_bench_broker {
 	char log[PD_BENCH_PATH_MAX + 80]; /* --local only: <rundir>/<name>.log */
 	pid_t pid;                        /* --local only; 0 once reaped */
 	int decode;                       /* 1 decode, 0 prefill */
-	struct pd_stats *stats0;          /* statistics at the start (decode brokers) */
+	struct pd_stats *stats0;          /* statistics at the start */
 };
 
 struct pd_bench_cluster {
@@ -90,6 +101,11 @@ int pd_bench_cluster_probe(struct pd_bench_cluster *c, struct pd_bench_opts *o);
 int pd_bench_cluster_check(struct pd_bench_cluster *c);
 /* Slots not free in every broker's pools, polled up to wait_ms. */
 uint64_t pd_bench_cluster_leaks(const struct pd_bench_cluster *c, uint32_t wait_ms);
+/* Payload bytes the prefill brokers' transports moved since the probe. */
+struct pd_bench_moved {
+	uint64_t tcp, shm, rdma;
+};
+void pd_bench_cluster_moved(const struct pd_bench_cluster *c, struct pd_bench_moved *m);
 /* Admission wait quantiles (ns) over the decode brokers since the probe. */
 void pd_bench_cluster_admit(const struct pd_bench_cluster *c, uint64_t *p50, uint64_t *p99);
 /* Stop the brokers (--local), remove the rundir unless keep. Idempotent.
@@ -107,7 +123,7 @@ void pd_bench_cluster_tail(const struct pd_bench_cluster *c, uint32_t i);
 #define PD_BENCH_M_STOP     5u  /* -> decode: stop waiting for req */
 #define PD_BENCH_M_RELEASE  6u  /* -> decode: every rank verified req: release it */
 #define PD_BENCH_M_QUIT     7u  /* -> worker: detach and exit */
-#define PD_BENCH_M_ABORTED  8u  /* prefill: this rank cancelled req (flags SUBMITTED) */
+#define PD_BENCH_M_ABORTED  8u  /* prefill: this rank cancelled req (flags DECLARED) */
 #define PD_BENCH_M_PRESULT  9u  /* prefill: this rank's outcome for req */
 #define PD_BENCH_M_DRESULT  10u /* decode: this rank's outcome for req */
 #define PD_BENCH_M_RELEASED 11u /* decode: pd_recv_release() returned status */
@@ -120,15 +136,18 @@ void pd_bench_cluster_tail(const struct pd_bench_cluster *c, uint32_t i);
 #define PD_BENCH_R_TIMEOUT   4u /* no outcome within --timeout */
 #define PD_BENCH_R_STOPPED   5u /* decode: told to stop waiting */
 
-/* Abort stages (pd_cancel by one rank). */
+/* Abort stages (pd_cancel by one rank). Every stage comes after the rank's
+ * pd_declare: the cancel of a declared request (admitted or not) always
+ * reaches the decode broker, which withdraws its reservation. */
 #define PD_BENCH_AB_NONE       0u
-#define PD_BENCH_AB_BEFORE     1u /* before the first pd_alloc */
+#define PD_BENCH_AB_BEFORE     1u /* declared, before the first pd_alloc */
 #define PD_BENCH_AB_ALLOCATED  2u /* after pd_alloc of batch b, before its pd_put */
 #define PD_BENCH_AB_BETWEEN    3u /* after pd_put of batch b, before the next pd_alloc */
 #define PD_BENCH_AB_AFTER      4u /* after the last pd_put */
 
 #define PD_BENCH_F_GATED     0x1u /* START: wait for GATE before the last batch */
-#define PD_BENCH_F_SUBMITTED 0x2u /* ABORTED/PRESULT: some batch was handed over */
+#define PD_BENCH_F_DECLARED  0x2u /* ABORTED/PRESULT: this rank's pd_declare reached the
+				   * broker (so its cancel reaches the decode broker) */
 
 struct pd_bench_msg {
 	uint32_t type;               /* PD_BENCH_M_* */
@@ -142,9 +161,14 @@ struct pd_bench_msg {
 	int32_t status;              /* 0 or a negative errno */
 	uint32_t corrupted;          /* DRESULT: chunks whose length or bytes differ */
 	uint32_t missing;            /* DRESULT: chunks not found although READY */
-	uint32_t _pad;
+	uint32_t deferred;           /* PRESULT: pd_alloc answers -EAGAIN (not admitted yet) */
 	uint64_t bytes;              /* DRESULT: bytes verified */
-	uint64_t t_ns;               /* PRESULT: first pd_alloc; DRESULT: verified (MONOTONIC) */
+	uint64_t t_ns;               /* PRESULT: pd_declare; DRESULT: verified (MONOTONIC) */
+	uint64_t admit_ns;           /* PRESULT: pd_declare -> PD_EV_ADMITTED; 0 not admitted */
+	uint32_t steps, sleeps;      /* PRESULT, --engine step: the engine's steps and idle
+				      * sleeps since its previous PRESULT */
+	uint32_t fd_wakes;           /* of those sleeps, the ones pd_agent_fd() ended */
+	uint32_t _pad;
 };
 
 int pd_bench_msg_send(int fd, const struct pd_bench_msg *m);
@@ -210,7 +234,13 @@ struct pd_bench_result {
 	double seconds;
 	uint64_t *lat_ns;            /* one sample per ok request */
 	uint32_t nlat;
-	uint64_t admit_p50_ns, admit_p99_ns;
+	uint64_t admit_p50_ns, admit_p99_ns;   /* decode brokers' histogram */
+	uint64_t *sadmit_ns;         /* per admitted request: pd_declare -> PD_EV_ADMITTED
+				      * (its slowest rank), sorted at the end */
+	uint32_t nsadmit;
+	uint64_t deferred;           /* pd_alloc answers -EAGAIN (not admitted yet) */
+	uint64_t steps, sleeps, fd_wakes; /* --engine step, summed over the prefill ranks */
+	struct pd_bench_moved moved;
 	uint64_t leaked_slots;
 	uint32_t bad_exits;          /* agent processes or brokers that did not exit cleanly */
 	int leaks_checked;           /* the pools were read at the end */

@@ -6,12 +6,13 @@
  * release once every decode rank has checked its chunks) and decides what
  * became of each request.
  *
- * Aborts: the drawn rank cancels at its stage; the request's other prefill
- * ranks stop before their last batch (the gate) until that has happened.
- * If the cancelling rank had handed nothing over, its cancel cannot reach
- * the decode broker, so the others cancel too (as a serving scheduler
- * broadcasts an abort to every TP rank); otherwise they carry on and see
- * PUT_FAILED -ECANCELED or PUT_DONE.
+ * Aborts: the drawn rank cancels at its stage (always after its
+ * pd_declare); the request's other prefill ranks stop before their last
+ * batch (the gate) until that has happened. If the cancelling rank's
+ * declaration never reached its broker, its cancel cannot reach the decode
+ * broker, so the others cancel too (as a serving scheduler broadcasts an
+ * abort to every TP rank); otherwise they carry on and see PUT_FAILED
+ * -ECANCELED (the broker aborts every rank of the request) or PUT_DONE.
  */
 #include <errno.h>
 #include <poll.h>
@@ -38,6 +39,7 @@ struct creq {
 	uint32_t corrupted, missing;
 	int32_t first_err;           /* the first failure status a rank reported */
 	uint64_t bytes, t_first, t_end, deadline;
+	uint64_t admit_ns;           /* its slowest rank's pd_declare -> ADMITTED, 0 none */
 };
 
 struct coord {
@@ -210,7 +212,7 @@ static void explain(struct coord *c, uint32_t i, uint32_t what)
 		q->missing);
 	if (q->aborted)
 		fprintf(stderr, "; aborted by rank %u %s %u", q->abort_rank,
-			q->abort_stage == PD_BENCH_AB_BEFORE ? "before pd_alloc of batch" :
+			q->abort_stage == PD_BENCH_AB_BEFORE ? "declared, before pd_alloc of batch" :
 			q->abort_stage == PD_BENCH_AB_ALLOCATED ? "after pd_alloc of batch" :
 			"after pd_put of batch", q->abort_stage == PD_BENCH_AB_AFTER ?
 			(q->k + c->o->batch - 1) / c->o->batch - 1 : q->abort_batch);
@@ -227,6 +229,8 @@ static void finish(struct coord *c, uint32_t i)
 
 	q->state = 2;
 	explain(c, i, what);
+	if (q->admit_ns)
+		r->sadmit_ns[r->nsadmit++] = q->admit_ns;
 	switch (what) {
 	case PD_BENCH_OK:
 		r->ok++;
@@ -267,6 +271,12 @@ static void on_presult(struct coord *c, uint32_t i, uint32_t rank, const struct 
 	q->pre |= bit;
 	if (m->t_ns && (!q->t_first || m->t_ns < q->t_first))
 		q->t_first = m->t_ns;
+	if (m->admit_ns > q->admit_ns)
+		q->admit_ns = m->admit_ns;
+	c->r->deferred += m->deferred;
+	c->r->steps += m->steps;
+	c->r->sleeps += m->sleeps;
+	c->r->fd_wakes += m->fd_wakes;
 	if (m->kind == PD_BENCH_R_DONE)
 		q->pre_done |= bit;
 	else if (m->kind == PD_BENCH_R_TIMEOUT)
@@ -278,7 +288,7 @@ static void on_presult(struct coord *c, uint32_t i, uint32_t rank, const struct 
 	if (m->status && m->status != -ECANCELED && !q->first_err)
 		q->first_err = m->status;
 	if (rank == q->abort_rank)
-		gate(c, i, (m->flags & PD_BENCH_F_SUBMITTED) != 0);
+		gate(c, i, (m->flags & PD_BENCH_F_DECLARED) != 0);
 	/* A rank without PUT_DONE: READY can never come (or is undone by the
 	 * broker): decode ranks still waiting stop. Else READY must come. */
 	if (q->pre == c->all && q->pre_done != c->all)
@@ -328,7 +338,7 @@ static void on_msg(struct coord *c, const struct pd_bench_worker *w, const struc
 	if (!q || q->state != 1)
 		return; /* finished (lost) already */
 	if (m->type == PD_BENCH_M_ABORTED && !w->decode && w->rank == q->abort_rank)
-		gate(c, m->req, (m->flags & PD_BENCH_F_SUBMITTED) != 0);
+		gate(c, m->req, (m->flags & PD_BENCH_F_DECLARED) != 0);
 	else if (m->type == PD_BENCH_M_PRESULT && !w->decode && !(q->pre & bit))
 		on_presult(c, m->req, w->rank, m);
 	else if (m->type == PD_BENCH_M_DRESULT && w->decode && !(q->dec & bit))
@@ -447,8 +457,9 @@ int pd_bench_coord_run(const struct pd_bench_env *env, struct pd_bench_worker *w
 	c.q = calloc(env->o->requests, sizeof(*c.q));
 	c.running = calloc(env->o->concurrency, sizeof(*c.running));
 	r->lat_ns = calloc(env->o->requests, sizeof(*r->lat_ns));
+	r->sadmit_ns = calloc(env->o->requests, sizeof(*r->sadmit_ns));
 	r->requests = env->o->requests;
-	if (!c.q || !c.running || !r->lat_ns) {
+	if (!c.q || !c.running || !r->lat_ns || !r->sadmit_ns) {
 		free(c.q);
 		free(c.running);
 		return -ENOMEM;
@@ -459,6 +470,8 @@ int pd_bench_coord_run(const struct pd_bench_env *env, struct pd_bench_worker *w
 	pd_bench_progress(c.o, r, c.done, r->seconds, 1);
 	if (r->nlat)
 		qsort(r->lat_ns, r->nlat, sizeof(*r->lat_ns), cmp_u64);
+	if (r->nsadmit)
+		qsort(r->sadmit_ns, r->nsadmit, sizeof(*r->sadmit_ns), cmp_u64);
 	free(c.q);
 	free(c.running);
 	return rc;

@@ -21,8 +21,9 @@ static void usage(FILE *f)
 "Load generator and verifier for pdkv. Drives --requests prefill->decode transfers,\n"
 "--concurrency at a time; every byte of every chunk is checked at the decode side.\n"
 "Each request goes to one prefill and one decode broker (round-robin); each of the\n"
-"--tp prefill ranks sends its chunks in batches of --batch, each decode rank checks\n"
-"the chunks of its own rank, then all ranks release the request.\n"
+"--tp prefill ranks declares it (pd_declare) and, once the receiver admitted it,\n"
+"sends its chunks in batches of --batch; each decode rank checks the chunks of its\n"
+"own rank, then all ranks release the request.\n"
 "\n"
 "Brokers:\n"
 "  --local               start pdbroker processes (private rundir under /tmp, loopback)\n"
@@ -55,12 +56,13 @@ static void usage(FILE *f)
 "  --partial             the last chunk of each rank is partial (length from the seed);\n"
 "                        by default every chunk fills its slot\n"
 "  --abort-rate F        fraction of requests one rank cancels (pd_cancel), at a stage\n"
-"                        drawn from the seed: before the first pd_alloc, after a\n"
+"                        drawn from the seed, always after its pd_declare: before the\n"
+"                        first pd_alloc (declared, maybe not admitted yet), after a\n"
 "                        pd_alloc before its pd_put, between batches, or after the\n"
 "                        last pd_put (0..1, default 0). The other prefill ranks hold\n"
 "                        their last batch until that rank has cancelled, then carry\n"
-"                        on; if it had handed nothing over (so its cancel cannot reach\n"
-"                        the decode broker) they cancel too\n"
+"                        on (the broker ends their part too: PUT_FAILED -ECANCELED);\n"
+"                        if its declaration never reached the broker, they cancel too\n"
 "  --seed N              seed of every random choice and of the data (default 1)\n"
 "  --timeout SEC         longest a request may take before it counts as lost (default 30)\n"
 "  --decode-wait late|early\n"
@@ -68,14 +70,39 @@ static void usage(FILE *f)
 "                        prefill rank of the request has PUT_DONE (and stops when one\n"
 "                        has not); early: it waits from the start, in 250 ms slices,\n"
 "                        until READY or told to stop\n"
+"  --decode-hold MS      a decode rank holds each verified request MS ms before it\n"
+"                        releases it, as if decoding (0..60000, default 0): its\n"
+"                        receive slots stay taken meanwhile\n"
+"\n"
+"Prefill engine:\n"
+"  --engine step|threads how each prefill rank (one agent process) drives requests.\n"
+"                        step (default): one thread runs scheduler steps, as an\n"
+"                        inference engine with chunked prefill does. A request is\n"
+"                        declared when the rank is told to start it; each step\n"
+"                        visits the running requests in arrival order and stages\n"
+"                        the next batch of each admitted one (pd_alloc with timeout\n"
+"                        0, fill, pd_put); one not admitted yet (-EAGAIN: it holds\n"
+"                        nothing) or finding the send pool busy is skipped until the\n"
+"                        next step. Events are read between steps; a step in which\n"
+"                        nothing moved sleeps in poll() on pd_agent_fd() and the\n"
+"                        orders, 2 ms at most.\n"
+"                        threads: a thread per request in flight: pd_declare, then\n"
+"                        per batch a pd_alloc that waits (up to --timeout) for the\n"
+"                        admission, then for staging; fill, pd_put; one more thread\n"
+"                        reads the events.\n"
+"                        Either way staging holds only batches of admitted requests,\n"
+"                        so --send-slots needs room for one batch per rank, not for\n"
+"                        every request in flight.\n"
 "\n"
 "Output:\n"
 "  --json FILE           write the results as a JSON object\n"
 "  --quiet               no progress line, no warnings\n"
 "  --help                this text\n"
 "\n"
-"Latency is per ok request, from its first pd_alloc to the end of the decode\n"
-"ranks' verification. admit_wait is the decode brokers' admission wait histogram.\n"
+"Latency is per ok request, from its first pd_declare to the end of the decode\n"
+"ranks' verification (so admission included). admit wait: the decode brokers'\n"
+"admission wait histogram; sender admission: pd_declare -> PD_EV_ADMITTED at the\n"
+"prefill ranks; deferred: pd_alloc calls answered -EAGAIN (not admitted yet).\n"
 "Outcomes: ok; cancelled; failed (a PUT_FAILED or decode failure not caused by a\n"
 "cancel); corrupted (a chunk's length or bytes differ, or a chunk is missing once\n"
 "READY); lost (no outcome within --timeout, or PUT_DONE everywhere without READY).\n"
@@ -195,7 +222,7 @@ enum {
 	O_LOCAL = 256, O_PREFILL, O_DECODE, O_TP, O_TRANSPORT, O_RECV, O_SEND, O_SLOT,
 	O_REQUESTS, O_CONC, O_CHUNKS, O_CMIN, O_CMAX, O_BATCH, O_ABORT, O_PARTIAL, O_PROXY,
 	O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_BIN, O_KEEP, O_PNAME, O_DNAME, O_DCTRL,
-	O_RUNDIR, O_WAIT, O_PHOST, O_DHOST, O_HELP, O_END
+	O_RUNDIR, O_WAIT, O_PHOST, O_DHOST, O_ENGINE, O_HOLD, O_HELP, O_END
 };
 
 static const struct option longopts[] = {
@@ -229,6 +256,8 @@ static const struct option longopts[] = {
 	{ "decode-wait", required_argument, NULL, O_WAIT },
 	{ "prefill-host", required_argument, NULL, O_PHOST },
 	{ "decode-host", required_argument, NULL, O_DHOST },
+	{ "engine", required_argument, NULL, O_ENGINE },
+	{ "decode-hold", required_argument, NULL, O_HOLD },
 	{ "help", no_argument, NULL, O_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -251,6 +280,7 @@ static void defaults(struct pd_bench_opts *o)
 	o->batch = 4;
 	o->seed = 1;
 	o->timeout_s = 30;
+	o->engine = PD_BENCH_ENGINE_STEP;
 }
 
 /* A numeric IPv4 address the brokers bind (e.g. an RDMA device's). */
@@ -328,6 +358,13 @@ static int one(struct pd_bench_opts *o, int c, const char *a)
 			return bad("--decode-wait", "expected late or early", a);
 		o->early_wait = !strcmp(a, "early");
 		return 0;
+	case O_ENGINE:
+		if (strcmp(a, "step") && strcmp(a, "threads"))
+			return bad("--engine", "expected step or threads", a);
+		o->engine = strcmp(a, "step") ? PD_BENCH_ENGINE_THREADS : PD_BENCH_ENGINE_STEP;
+		return 0;
+	case O_HOLD:
+		return get_u32("--decode-hold", a, 0, PD_BENCH_MAX_HOLD_MS, &o->decode_hold_ms);
 	default: return 2;
 	}
 }

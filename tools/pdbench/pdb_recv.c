@@ -2,8 +2,9 @@
 /*
  * pdbench, decode rank: wait for a request (never blindly: the coordinator
  * can stop a wait for a request that will never come), check
- * every byte of this rank's chunks, report, then release the request once
- * the coordinator says every decode rank of this broker has checked it.
+ * every byte of this rank's chunks, report, hold it --decode-hold ms (as
+ * if decoding), then release the request once the coordinator says every
+ * decode rank of this broker has checked it.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -150,17 +151,29 @@ static void verify(struct rcv *r, struct pd_bench_msg *m)
 	}
 }
 
-/* After a READY: wait for the coordinator's word, then release. */
-static void release(struct rcv *r)
+/* Until the coordinator's word (or `until`), and (--decode-hold, the
+ * request being decoded) until hold_until. */
+static void hold(struct rcv *r, uint64_t until, uint64_t hold_until)
 {
-	struct pd_bench_msg m = { .type = PD_BENCH_M_RELEASED };
-	uint64_t until = r->deadline + RELEASE_WAIT_S * PD_NS_PER_S;
 	struct pd_bench_wk *w = r->w;
 
 	(void)pthread_mutex_lock(&w->lock);
+	while (!r->q->stop && !w->quit && pd_now_ns() < hold_until)
+		pd_bench_wk_wait(w, hold_until);
 	while (!r->q->release && !r->q->stop && !w->quit && pd_now_ns() < until)
 		pd_bench_wk_wait(w, until);
 	(void)pthread_mutex_unlock(&w->lock);
+}
+
+/* After a READY verified at t_ns: hold, wait for the coordinator's word,
+ * then release. */
+static void release(struct rcv *r, uint64_t t_ns)
+{
+	struct pd_bench_msg m = { .type = PD_BENCH_M_RELEASED };
+	struct pd_bench_wk *w = r->w;
+
+	hold(r, r->deadline + RELEASE_WAIT_S * PD_NS_PER_S,
+	     t_ns + (uint64_t)w->env->o->decode_hold_ms * PD_NS_PER_MS);
 	m.status = pd_recv_release(w->a, r->id);
 	report(r, &m);
 }
@@ -193,5 +206,5 @@ void pd_bench_recv_run(struct pd_bench_wk *w, uint32_t req)
 	}
 	report(&r, &m);
 	if (rc == 0)
-		release(&r);
+		release(&r, m.t_ns);
 }

@@ -38,18 +38,23 @@ void pd_bench_progress(const struct pd_bench_opts *o, const struct pd_bench_resu
 		r->failed, r->cancelled, gbps(r->bytes, seconds), tty ? "   " : "\n");
 }
 
-/* Nearest-rank quantile of the samples (sorted by the coordinator), in ms. */
-static double quantile_ms(const struct pd_bench_result *r, double q)
+/* Nearest-rank quantile of n samples (sorted by the coordinator), in ms. */
+static double quantile_ms(const uint64_t *v, uint32_t n, double q)
 {
 	uint32_t i;
 
-	if (!r->nlat)
+	if (!n)
 		return 0.0;
-	i = (uint32_t)(q * r->nlat + 0.999999);
+	i = (uint32_t)(q * n + 0.999999);
 	i = i == 0 ? 0 : i - 1;
-	if (i >= r->nlat)
-		i = r->nlat - 1;
-	return (double)r->lat_ns[i] / 1e6;
+	if (i >= n)
+		i = n - 1;
+	return (double)v[i] / 1e6;
+}
+
+static double lat_ms(const struct pd_bench_result *r, double q)
+{
+	return quantile_ms(r->lat_ns, r->nlat, q);
 }
 
 static void size_str(char *buf, size_t len, uint64_t v)
@@ -62,6 +67,36 @@ static void size_str(char *buf, size_t len, uint64_t v)
 		(void)snprintf(buf, len, "%" PRIu64, v);
 }
 
+static const char *engine_name(const struct pd_bench_opts *o)
+{
+	return o->engine == PD_BENCH_ENGINE_THREADS ? "threads" : "step";
+}
+
+static double sadmit_ms(const struct pd_bench_result *r, double q)
+{
+	return quantile_ms(r->sadmit_ns, r->nsadmit, q);
+}
+
+static void print_engine(const struct pd_bench_opts *o, const struct pd_bench_result *r)
+{
+	if (o->engine == PD_BENCH_ENGINE_THREADS) {
+		printf("  engine      threads: a thread per request in flight\n");
+		return;
+	}
+	printf("  engine      step: one scheduler thread per prefill rank; %" PRIu64 " steps, %"
+	       PRIu64 " idle sleeps (%" PRIu64 " ended by pd_agent_fd)\n", r->steps, r->sleeps,
+	       r->fd_wakes);
+}
+
+static void print_admission(const struct pd_bench_result *r)
+{
+	printf("  admit wait  p50 <= %.2f ms, p99 <= %.2f ms (decode brokers' histogram)\n",
+	       (double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
+	printf("  admission   p50 %.2f ms, p99 %.2f ms over %" PRIu32 " requests (pd_declare -> "
+	       "ADMITTED, slowest rank); %" PRIu64 " pd_alloc deferred (-EAGAIN: not admitted "
+	       "yet)\n", sadmit_ms(r, 0.50), sadmit_ms(r, 0.99), r->nsadmit, r->deferred);
+}
+
 void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result *r)
 {
 	char slot[32];
@@ -71,18 +106,21 @@ void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result
 	       ", %s, slot %s, recv-slots %" PRIu32 ", send-slots %" PRIu32 "\n",
 	       o->nprefill, o->ndecode, o->tp, o->local ? o->transport : "(attached)", slot,
 	       o->recv_slots, o->send_slots);
+	print_engine(o, r);
 	printf("  load        %" PRIu32 " requests, concurrency %" PRIu32 ", chunks %" PRIu32
-	       "..%" PRIu32 " per rank, batch %" PRIu32 ", abort-rate %.2f, seed %" PRIu64 "\n",
-	       o->requests, o->concurrency, o->chunks_min, o->chunks_max, o->batch,
-	       o->abort_rate, o->seed);
+	       "..%" PRIu32 " per rank, batch %" PRIu32 ", abort-rate %.2f, decode-hold %" PRIu32
+	       " ms, seed %" PRIu64 "\n", o->requests, o->concurrency, o->chunks_min,
+	       o->chunks_max, o->batch, o->abort_rate, o->decode_hold_ms, o->seed);
 	printf("  requests    %" PRIu32 " ok, %" PRIu32 " failed, %" PRIu32 " cancelled%s\n",
 	       r->ok, r->failed, r->cancelled, r->interrupted ? " (interrupted)" : "");
 	printf("  data        %.3f GB verified in %.2f s = %.2f GB/s\n", (double)r->bytes / 1e9,
 	       r->seconds, gbps(r->bytes, r->seconds));
-	printf("  latency     p50 %.2f ms, p99 %.2f ms (first pd_alloc -> decode verified)\n",
-	       quantile_ms(r, 0.50), quantile_ms(r, 0.99));
-	printf("  admit wait  p50 %.2f ms, p99 %.2f ms (decode brokers' histogram)\n",
-	       (double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
+	printf("  latency     p50 %.2f ms, p99 %.2f ms (first pd_declare -> decode verified)\n",
+	       lat_ms(r, 0.50), lat_ms(r, 0.99));
+	print_admission(r);
+	printf("  moved       tcp %.3f GB, shm %.3f GB, rdma %.3f GB (the prefill brokers' "
+	       "transports)\n", (double)r->moved.tcp / 1e9, (double)r->moved.shm / 1e9,
+	       (double)r->moved.rdma / 1e9);
 	if (r->bad_exits)
 		printf("  processes   %" PRIu32 " agent processes or brokers did not exit cleanly\n",
 		       r->bad_exits);
@@ -114,13 +152,23 @@ static void json_body(FILE *f, const struct pd_bench_opts *o, const struct pd_be
 		r->requests, r->ok, r->failed, r->cancelled, r->bytes, r->seconds,
 		gbps(r->bytes, r->seconds));
 	fprintf(f, "  \"lat_p50_ms\": %.6f,\n  \"lat_p99_ms\": %.6f,\n  \"admit_wait_p50_ms\": %.6f,"
-		"\n  \"admit_wait_p99_ms\": %.6f,\n", quantile_ms(r, 0.50), quantile_ms(r, 0.99),
+		"\n  \"admit_wait_p99_ms\": %.6f,\n", lat_ms(r, 0.50), lat_ms(r, 0.99),
 		(double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
+	fprintf(f, "  \"sender_admit_p50_ms\": %.6f,\n  \"sender_admit_p99_ms\": %.6f,\n"
+		"  \"sender_admit_samples\": %" PRIu32 ",\n  \"alloc_deferred\": %" PRIu64 ",\n",
+		sadmit_ms(r, 0.50), sadmit_ms(r, 0.99), r->nsadmit, r->deferred);
+	fprintf(f, "  \"engine_steps\": %" PRIu64 ",\n  \"engine_sleeps\": %" PRIu64
+		",\n  \"engine_fd_wakeups\": %" PRIu64 ",\n", r->steps, r->sleeps, r->fd_wakes);
+	fprintf(f, "  \"moved_tcp_bytes\": %" PRIu64 ",\n  \"moved_shm_bytes\": %" PRIu64
+		",\n  \"moved_rdma_bytes\": %" PRIu64 ",\n", r->moved.tcp, r->moved.shm,
+		r->moved.rdma);
 	fprintf(f, "  \"lost\": %" PRIu32 ",\n  \"corrupted\": %" PRIu32 ",\n  \"corrupted_chunks\": %"
 		PRIu64 ",\n  \"leaked_slots\": %" PRIu64 ",\n  \"leaks_checked\": %s,\n  \"leaks_counted\": %s,\n"
 		"  \"interrupted\": %s,\n  \"bad_exits\": %" PRIu32 ",\n", r->lost, r->corrupted, r->corrupted_chunks,
 		r->leaked_slots, r->leaks_checked ? "true" : "false", r->leaks_counted ? "true" : "false",
 		r->interrupted ? "true" : "false", r->bad_exits);
+	fprintf(f, "  \"engine\": \"%s\",\n  \"decode_hold_ms\": %" PRIu32 ",\n",
+		engine_name(o), o->decode_hold_ms);
 	fprintf(f, "  \"local\": %s,\n  \"prefill\": %" PRIu32 ",\n  \"decode\": %" PRIu32
 		",\n  \"tp\": %" PRIu32 ",\n  \"transport\": ", o->local ? "true" : "false",
 		o->nprefill, o->ndecode, o->tp);

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pdbench: the brokers' segments, read-only: slot sizes and pool sizes
- * before the run, the admission-wait histogram and the slots still in use
- * (leaked) after it.
+ * before the run, the admission-wait histogram, the bytes each transport
+ * moved and the slots still in use (leaked) after it.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "pd_layout.h"
@@ -39,13 +40,6 @@ static int seg_open(const struct pd_bench_broker *b, struct pd_shm *shm, int qui
 	return rc;
 }
 
-/* Chunks one prefill broker may have to stage at once (round-robin). */
-static uint64_t staging(const struct pd_bench_opts *o)
-{
-	return (uint64_t)((o->concurrency + o->nprefill - 1) / o->nprefill) * o->tp *
-	       o->chunks_max;
-}
-
 /* One broker's pools against what the run needs. */
 static int probe_one(struct pd_bench_broker *b, const struct pd_shm *s,
 		     const struct pd_bench_opts *o, uint64_t *chunk, uint32_t *nrecv,
@@ -75,18 +69,10 @@ static int probe_one(struct pd_bench_broker *b, const struct pd_shm *s,
 			" send slots of broker %s\n", p->nslots, b->name);
 		return -EINVAL;
 	}
-	if (!b->decode && !o->quiet && staging(o) > p->nslots)
-		fprintf(stderr, "pdbench: warning: broker %s has %" PRIu32 " send slots; the %"
-			PRIu32 " requests it may have in flight can stage %" PRIu64 " chunks: "
-			"batches waiting for admission can hold every slot that admitted requests "
-			"need (only timeouts end that)\n", b->name, p->nslots,
-			(o->concurrency + o->nprefill - 1) / o->nprefill, staging(o));
-	if (b->decode) {
-		b->stats0 = calloc(1, sizeof(*b->stats0));
-		if (!b->stats0 || pd_stats_snapshot(s->stats, b->stats0) < 0) {
-			free(b->stats0); /* no statistics: admission waits read 0 */
-			b->stats0 = NULL;
-		}
+	b->stats0 = calloc(1, sizeof(*b->stats0));
+	if (!b->stats0 || pd_stats_snapshot(s->stats, b->stats0) < 0) {
+		free(b->stats0); /* no statistics: admission waits and bytes moved read 0 */
+		b->stats0 = NULL;
 	}
 	return 0;
 }
@@ -181,4 +167,47 @@ void pd_bench_cluster_admit(const struct pd_bench_cluster *c, uint64_t *p50, uin
 	free(now);
 	*p50 = pd_stats_hist_quantile_ns(&sum, 0.50);
 	*p99 = pd_stats_hist_quantile_ns(&sum, 0.99);
+}
+
+/* A snapshot of b's statistics published after after_ns (REALTIME): the
+ * broker publishes every 100 ms. 0 or -errno. */
+static int fresh_snapshot(const struct pd_bench_broker *b, uint64_t after_ns,
+			  struct pd_stats *out)
+{
+	uint64_t deadline = pd_deadline_ms(1000);
+	struct pd_shm s;
+	int rc = seg_open(b, &s, 1);
+
+	if (rc < 0)
+		return rc;
+	for (;;) {
+		rc = pd_stats_snapshot(s.stats, out);
+		if (rc < 0 || out->publish_ns > after_ns || pd_now_ns() >= deadline)
+			break;
+		nap_ms(20);
+	}
+	pd_layout_close(&s);
+	return rc;
+}
+
+void pd_bench_cluster_moved(const struct pd_bench_cluster *c, struct pd_bench_moved *m)
+{
+	static const char *const name[] = { "tcp.bytes_tx", "shm.bytes", "rdma.bytes_ok" };
+	uint64_t *out[] = { &m->tcp, &m->shm, &m->rdma };
+	struct pd_stats *now = calloc(1, sizeof(*now));
+	uint64_t after = pd_realtime_ns();
+
+	memset(m, 0, sizeof(*m));
+	for (uint32_t i = 0; now && i < c->nprefill; i++) {
+		if (!c->b[i].stats0 || fresh_snapshot(&c->b[i], after, now) < 0)
+			continue;
+		for (uint32_t k = 0; k < 3; k++) {
+			uint64_t v0 = 0, v1 = 0;
+
+			(void)pd_stats_find(c->b[i].stats0, name[k], &v0); /* absent: 0 */
+			(void)pd_stats_find(now, name[k], &v1);
+			*out[k] += v1 > v0 ? v1 - v0 : 0;
+		}
+	}
+	free(now);
 }

@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pdbench, prefill rank: one request = its chunks in batches (pd_alloc,
- * fill the pattern, pd_put), then the one PUT_DONE / PUT_FAILED event the
- * broker sends for this rank. Aborts: this rank may be the one that
- * cancels (at the stage the coordinator drew), or be told to cancel
- * (relayed), or see its pd_alloc() return -ECANCELED because a sibling
- * rank's request on this broker ended.
+ * pdbench, prefill rank, --engine threads: one thread per request. It
+ * declares the request (pd_declare), then stages its chunks in batches
+ * (pd_alloc with the request's deadline: it waits for the admission, then
+ * for staging; fill the pattern; pd_put), then waits for the one PUT_DONE /
+ * PUT_FAILED event the broker sends for this rank. Aborts: this rank may be
+ * the one that cancels (at the stage the coordinator drew; always after its
+ * declaration), or be told to cancel (relayed), or see its pd_alloc()
+ * return -ECANCELED because a sibling rank's request on this broker ended.
+ *
+ * Also what both engines share: a request's declaration and batches, and
+ * how a rank's outcome is reported.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,21 +21,122 @@
 #include "pd_time.h"
 #include "pdb_worker.h"
 
-#define KEY_LEN 64
+#define DRAIN_NS (2 * PD_NS_PER_S) /* a declared request's event after a cancel or failure */
+
+/* ---- shared by both engines ------------------------------------------------------ */
+
+void pd_bench_sreq_init(struct pd_bench_sreq *r, const struct pd_bench_wk *w, uint32_t req,
+			uint32_t chunks, uint32_t decode)
+{
+	uint32_t batch = w->env->o->batch;
+
+	r->req = req;
+	r->chunks = chunks;
+	r->decode = decode;
+	r->nb = (chunks + batch - 1) / batch;
+	pd_bench_req_id(r->id, sizeof(r->id), w->env->run_id, req);
+}
+
+static const char *endpoint(const struct pd_bench_sreq *r, const struct pd_bench_wk *w)
+{
+	return w->env->c->b[w->env->c->nprefill + r->decode].ctrl;
+}
+
+void pd_bench_sreq_decl(const struct pd_bench_sreq *r, const struct pd_bench_wk *w,
+			uint32_t timeout_ms, struct pd_decl *d)
+{
+	*d = (struct pd_decl){ .req_id = r->id, .endpoint = endpoint(r, w),
+			       .total_chunks = r->chunks, .world_size = w->env->o->tp,
+			       .rank = w->rank, .timeout_ms = timeout_ms ? timeout_ms : 1 };
+}
+
+uint32_t pd_bench_sreq_count(const struct pd_bench_sreq *r, const struct pd_bench_wk *w,
+			     uint32_t b)
+{
+	uint32_t batch = w->env->o->batch, n = r->chunks - b * batch;
+
+	return n > batch ? batch : n;
+}
+
+int pd_bench_stage_init(struct pd_bench_stage *st, uint32_t batch)
+{
+	st->refs = calloc(batch, sizeof(*st->refs));
+	st->ch = calloc(batch, sizeof(*st->ch));
+	st->keys = calloc(batch, sizeof(*st->keys));
+	if (st->refs && st->ch && st->keys)
+		return 0;
+	pd_bench_stage_fini(st);
+	return -ENOMEM;
+}
+
+void pd_bench_stage_fini(struct pd_bench_stage *st)
+{
+	free(st->refs);
+	free(st->ch);
+	free(st->keys);
+	memset(st, 0, sizeof(*st));
+}
+
+void pd_bench_stage_fill(struct pd_bench_stage *st, const struct pd_bench_wk *w,
+			 const struct pd_bench_sreq *r, uint32_t b, struct pd_batch *pb)
+{
+	const struct pd_bench_env *env = w->env;
+	uint32_t n = pd_bench_sreq_count(r, w, b);
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t c = b * env->o->batch + i;
+		uint32_t len = pd_bench_chunk_len(env->o, r->req, w->rank, c, r->chunks);
+		void *d = pd_slot_data(w->a, st->refs[i]);
+
+		if (d)
+			pd_bench_fill(d, len, pd_bench_chunk_seed(env->o->seed, r->req, w->rank, c));
+		st->ch[i] = (struct pd_chunk){ .slot = st->refs[i], .len = len, .key = st->keys[i] };
+		st->ch[i].klen = pd_bench_key(st->keys[i], PD_BENCH_KEY_LEN, env->run_id, r->req,
+					      w->rank, c);
+	}
+	*pb = (struct pd_batch){ .req_id = r->id, .endpoint = endpoint(r, w), .chunks = st->ch,
+				 .n = n, .total_chunks = r->chunks, .world_size = env->o->tp,
+				 .rank = w->rank, .last = b + 1 == r->nb };
+}
+
+void pd_bench_send_report(struct pd_bench_wk *w, const struct pd_bench_sout *o)
+{
+	struct pd_bench_msg m = { .type = PD_BENCH_M_PRESULT, .req = o->req,
+				  .flags = o->declared ? PD_BENCH_F_DECLARED : 0,
+				  .t_ns = o->t_decl, .deferred = o->deferred, .steps = o->steps,
+				  .sleeps = o->sleeps, .fd_wakes = o->fd_wakes };
+
+	if (o->t_admit)
+		m.admit_ns = o->t_admit > o->t_decl ? o->t_admit - o->t_decl : 1;
+	if (o->err) { /* our own failure, whatever the broker said after it */
+		m.kind = o->err == -ETIMEDOUT ? PD_BENCH_R_TIMEOUT : PD_BENCH_R_FAILED;
+		m.status = o->err;
+	} else if (!o->declared) { /* cancelled before it was declared: no event */
+		m.kind = PD_BENCH_R_CANCELLED;
+		m.status = -ECANCELED;
+	} else if (!o->has_event) {
+		m.kind = o->gone ? PD_BENCH_R_FAILED : PD_BENCH_R_TIMEOUT;
+		m.status = o->gone ? -ENOTCONN : -ETIMEDOUT;
+	} else {
+		m.kind = o->ev_type == PD_EV_PUT_DONE ? PD_BENCH_R_DONE : PD_BENCH_R_FAILED;
+		m.status = o->ev_type == PD_EV_PUT_DONE ? 0 : o->ev_status;
+	}
+	pd_bench_wk_send(w, &m);
+}
+
+/* ---- --engine threads ------------------------------------------------------------- */
 
 /* What one request thread works with. */
 struct snd {
 	struct pd_bench_wk *w;
 	struct pd_bench_wreq *q;
-	uint32_t req, nb;
-	char id[PD_REQ_ID_MAX + 1];
+	struct pd_bench_sreq r;
+	struct pd_bench_stage st;
 	uint64_t deadline;
-	uint64_t t_first;
+	uint64_t t_decl;
+	int declared;                /* pd_declare reached the broker */
 	uint32_t submitted;          /* batches handed over */
 	int aborted;                 /* this rank called pd_cancel itself */
-	pd_slot_ref *refs;
-	struct pd_chunk *ch;
-	char (*keys)[KEY_LEN];
 };
 
 static uint32_t ms_left(uint64_t deadline)
@@ -40,21 +146,23 @@ static uint32_t ms_left(uint64_t deadline)
 	return now >= deadline ? 0 : (uint32_t)((deadline - now + PD_NS_PER_MS - 1) / PD_NS_PER_MS);
 }
 
-static void send_msg(struct snd *s, uint32_t type, uint32_t kind, int32_t status)
+static void nap_us(long us)
 {
-	struct pd_bench_msg m = { .type = type, .req = s->req, .kind = kind, .status = status,
-				  .flags = s->submitted ? PD_BENCH_F_SUBMITTED : 0,
-				  .t_ns = s->t_first };
+	struct timespec ts = { 0, us * 1000 };
 
-	pd_bench_wk_send(s->w, &m);
+	(void)nanosleep(&ts, NULL);
 }
 
 /* This rank cancels the request (its drawn abort stage). */
 static void abort_self(struct snd *s)
 {
-	(void)pd_cancel(s->w->a, s->id);
+	struct pd_bench_msg m = { .type = PD_BENCH_M_ABORTED, .req = s->r.req,
+				  .status = -ECANCELED,
+				  .flags = s->declared ? PD_BENCH_F_DECLARED : 0 };
+
+	(void)pd_cancel(s->w->a, s->r.id);
 	s->aborted = 1;
-	send_msg(s, PD_BENCH_M_ABORTED, 0, -ECANCELED);
+	pd_bench_wk_send(s->w, &m);
 }
 
 void pd_bench_send_cancel(struct pd_bench_wk *w, uint32_t req)
@@ -101,33 +209,27 @@ static int over(struct snd *s)
 	return rc;
 }
 
-static void fill(struct snd *s, uint32_t b, uint32_t n)
+/* pd_declare, retried while the submission ring is full. 0; 1 told to stop
+ * first; -errno. */
+static int declare(struct snd *s)
 {
-	const struct pd_bench_env *env = s->w->env;
-	uint32_t rank = s->w->rank, k = s->q->chunks;
+	struct pd_decl d;
+	int rc = over(s);
 
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t c = b * env->o->batch + i;
-		uint32_t len = pd_bench_chunk_len(env->o, s->req, rank, c, k);
-		void *d = pd_slot_data(s->w->a, s->refs[i]);
-
-		if (d)
-			pd_bench_fill(d, len, pd_bench_chunk_seed(env->o->seed, s->req, rank, c));
-		s->ch[i] = (struct pd_chunk){ .slot = s->refs[i], .len = len, .key = s->keys[i] };
-		s->ch[i].klen = pd_bench_key(s->keys[i], KEY_LEN, env->run_id, s->req, rank, c);
-	}
+	if (rc != 0)
+		return rc;
+	pd_bench_sreq_decl(&s->r, s->w, ms_left(s->deadline), &d);
+	s->t_decl = pd_now_ns();
+	while ((rc = pd_declare(s->w->a, &d)) == -EAGAIN && pd_now_ns() < s->deadline)
+		nap_us(200);
+	s->declared = rc == 0;
+	return rc == -EAGAIN ? -ETIMEDOUT : rc;
 }
 
 /* pd_put under put_lock. 0 handed over; 1 cancelled meanwhile (slots
  * released); -errno (slots released when they were not taken). */
-static int put(struct snd *s, uint32_t b, uint32_t n)
+static int put(struct snd *s, const struct pd_batch *pb)
 {
-	const struct pd_bench_env *env = s->w->env;
-	struct pd_batch pb = { .req_id = s->id, .endpoint = env->c->b[env->c->nprefill +
-								      s->q->decode].ctrl,
-			       .chunks = s->ch, .n = n, .total_chunks = s->q->chunks,
-			       .world_size = env->o->tp, .rank = s->w->rank,
-			       .last = b + 1 == s->nb };
 	int rc, cancelled;
 
 	(void)pthread_mutex_lock(&s->w->put_lock);
@@ -137,63 +239,57 @@ static int put(struct snd *s, uint32_t b, uint32_t n)
 	if (cancelled) {
 		rc = 1;
 	} else {
-		while ((rc = pd_put(s->w->a, &pb)) == -EAGAIN && pd_now_ns() < s->deadline) {
-			struct timespec ts = { 0, 200 * 1000 };
-
-			(void)nanosleep(&ts, NULL);
-		}
+		while ((rc = pd_put(s->w->a, pb)) == -EAGAIN && pd_now_ns() < s->deadline)
+			nap_us(200);
 	}
 	(void)pthread_mutex_unlock(&s->w->put_lock);
 	if (rc != 0 && rc != -ENOTCONN)
-		(void)pd_slot_release(s->w->a, s->refs, n); /* not taken */
+		(void)pd_slot_release(s->w->a, s->st.refs, pb->n); /* not taken */
 	return rc;
 }
 
 /* One batch: 0 carry on; 1 stop (aborted or cancelled); -errno. */
 static int one_batch(struct snd *s, uint32_t b)
 {
-	const struct pd_bench_opts *o = s->w->env->o;
-	uint32_t n = s->q->chunks - b * o->batch;
+	uint32_t n = pd_bench_sreq_count(&s->r, s->w, b);
+	struct pd_batch pb;
 	int rc;
 
-	if (n > o->batch)
-		n = o->batch;
-	if ((s->q->flags & PD_BENCH_F_GATED) && b + 1 == s->nb && (rc = wait_gate(s)) != 0)
+	if ((s->q->flags & PD_BENCH_F_GATED) && b + 1 == s->r.nb && (rc = wait_gate(s)) != 0)
 		return rc;
 	if ((rc = over(s)) != 0)
 		return rc;
-	if (!s->t_first)
-		s->t_first = pd_now_ns();
-	rc = pd_alloc(s->w->a, s->id, n, s->refs, ms_left(s->deadline));
+	/* Waits for the admission (holding nothing), then for staging. */
+	rc = pd_alloc(s->w->a, s->r.id, n, s->st.refs, ms_left(s->deadline));
 	if (rc < 0)
-		return rc;
-	fill(s, b, n);
+		return rc == -EAGAIN ? -ETIMEDOUT : rc; /* -EAGAIN: not admitted in time */
+	pd_bench_stage_fill(&s->st, s->w, &s->r, b, &pb);
 	if (s->q->stage == PD_BENCH_AB_ALLOCATED && s->q->batch == b) {
-		(void)pd_slot_release(s->w->a, s->refs, n);
+		(void)pd_slot_release(s->w->a, s->st.refs, n);
 		abort_self(s);
 		return 1;
 	}
-	rc = put(s, b, n);
+	rc = put(s, &pb);
 	if (rc != 0)
 		return rc;
 	s->submitted++;
 	if ((s->q->stage == PD_BENCH_AB_BETWEEN && s->q->batch == b) ||
-	    (s->q->stage == PD_BENCH_AB_AFTER && b + 1 == s->nb)) {
+	    (s->q->stage == PD_BENCH_AB_AFTER && b + 1 == s->r.nb)) {
 		abort_self(s);
 		return 1;
 	}
 	return 0;
 }
 
-/* The event for this rank, until the deadline: 1 got it, 0 not. */
-static int wait_event(struct snd *s)
+/* The final event for this rank, until `until`: 1 got it, 0 not. */
+static int wait_event(struct snd *s, uint64_t until)
 {
 	struct pd_bench_wk *w = s->w;
 	int got;
 
 	(void)pthread_mutex_lock(&w->lock);
-	while (!s->q->has_event && !w->gone && pd_now_ns() < s->deadline)
-		pd_bench_wk_wait(w, s->deadline);
+	while (!s->q->has_event && !w->gone && pd_now_ns() < until)
+		pd_bench_wk_wait(w, until);
 	got = s->q->has_event;
 	(void)pthread_mutex_unlock(&w->lock);
 	return got;
@@ -201,51 +297,59 @@ static int wait_event(struct snd *s)
 
 static void finish(struct snd *s, int rc)
 {
-	/* Stopped half-way: tear down what the broker holds (idempotent). */
-	if (s->submitted && s->submitted < s->nb && !s->aborted)
-		(void)pd_cancel(s->w->a, s->id);
-	if (rc < 0 && rc != -ECANCELED) {
-		if (s->submitted)
-			(void)wait_event(s); /* drain its event */
-		send_msg(s, PD_BENCH_M_PRESULT, rc == -ETIMEDOUT ? PD_BENCH_R_TIMEOUT :
-			 PD_BENCH_R_FAILED, rc);
-		return;
-	}
-	if (!s->submitted) {
-		send_msg(s, PD_BENCH_M_PRESULT, PD_BENCH_R_CANCELLED, -ECANCELED);
-		return;
-	}
-	if (!wait_event(s)) {
-		send_msg(s, PD_BENCH_M_PRESULT, s->w->gone ? PD_BENCH_R_FAILED : PD_BENCH_R_TIMEOUT,
-			 s->w->gone ? -ENOTCONN : -ETIMEDOUT);
-		return;
-	}
-	send_msg(s, PD_BENCH_M_PRESULT, s->q->ev_type == PD_EV_PUT_DONE ? PD_BENCH_R_DONE :
-		 PD_BENCH_R_FAILED, s->q->ev_status);
+	struct pd_bench_sout o = { .req = s->r.req, .declared = s->declared,
+				   .err = rc < 0 && rc != -ECANCELED ? rc : 0, .t_decl = s->t_decl };
+	uint64_t drain = pd_now_ns() + DRAIN_NS;
+
+	/* Stopped before the end: withdraw what the broker holds (idempotent).
+	 * A declared rank always gets its one event: wait for it. */
+	if (s->declared && !s->aborted && (rc != 0 || s->submitted < s->r.nb))
+		(void)pd_cancel(s->w->a, s->r.id);
+	if (s->declared)
+		(void)wait_event(s, s->deadline > drain ? s->deadline : drain);
+	(void)pthread_mutex_lock(&s->w->lock);
+	o.has_event = (int)s->q->has_event;
+	o.ev_type = s->q->ev_type;
+	o.ev_status = s->q->ev_status;
+	o.gone = s->w->gone;
+	o.t_admit = s->q->t_admit;
+	(void)pthread_mutex_unlock(&s->w->lock);
+	pd_bench_send_report(s->w, &o);
 }
 
 void pd_bench_send_run(struct pd_bench_wk *w, uint32_t req)
 {
 	const struct pd_bench_opts *o = w->env->o;
-	struct snd s = { .w = w, .q = &w->req[req], .req = req,
+	struct snd s = { .w = w, .q = &w->req[req],
 			 .deadline = pd_deadline_ms((uint64_t)o->timeout_s * 1000) };
-	int rc = 0;
+	int rc = pd_bench_stage_init(&s.st, o->batch);
 
-	s.nb = (s.q->chunks + o->batch - 1) / o->batch;
-	s.refs = calloc(o->batch, sizeof(*s.refs));
-	s.ch = calloc(o->batch, sizeof(*s.ch));
-	s.keys = calloc(o->batch, sizeof(*s.keys));
-	pd_bench_req_id(s.id, sizeof(s.id), w->env->run_id, req);
-	if (!s.refs || !s.ch || !s.keys)
-		rc = -ENOMEM;
+	pd_bench_sreq_init(&s.r, w, req, s.q->chunks, s.q->decode);
+	if (rc == 0)
+		rc = declare(&s);
 	if (rc == 0 && s.q->stage == PD_BENCH_AB_BEFORE)
-		abort_self(&s);
-	for (uint32_t b = 0; rc == 0 && !s.aborted && b < s.nb; b++)
+		abort_self(&s); /* declared, nothing staged */
+	for (uint32_t b = 0; rc == 0 && !s.aborted && b < s.r.nb; b++)
 		rc = one_batch(&s, b);
 	finish(&s, rc < 0 ? rc : 0);
-	free(s.refs);
-	free(s.ch);
-	free(s.keys);
+	pd_bench_stage_fini(&s.st);
+}
+
+/* One event, under w->lock: the request's admission or its end. */
+static void on_event(struct pd_bench_wk *w, const struct pd_event *ev)
+{
+	int64_t i = pd_bench_req_index(ev->req_id, w->env->run_id);
+	struct pd_bench_wreq *q = i >= 0 && i < w->env->o->requests ? &w->req[i] : NULL;
+
+	if (!q || !q->active || q->has_event || (ev->type == PD_EV_ADMITTED && q->t_admit)) {
+		w->stray_events++;
+	} else if (ev->type == PD_EV_ADMITTED) {
+		q->t_admit = pd_now_ns(); /* not the end: staging may start */
+	} else {
+		q->has_event = 1;
+		q->ev_type = ev->type;
+		q->ev_status = ev->status;
+	}
 }
 
 void *pd_bench_send_events(void *arg)
@@ -256,19 +360,12 @@ void *pd_bench_send_events(void *arg)
 
 	while (!quit) {
 		int rc = pd_next_event(w->a, &ev, 200);
-		int64_t i = rc == 0 ? pd_bench_req_index(ev.req_id, w->env->run_id) : -1;
 
 		(void)pthread_mutex_lock(&w->lock);
 		if (rc == -ENOTCONN)
 			w->gone = 1;
-		if (rc == 0 && (i < 0 || i >= w->env->o->requests || !w->req[i].active ||
-				w->req[i].has_event)) {
-			w->stray_events++;
-		} else if (rc == 0) {
-			w->req[i].has_event = 1;
-			w->req[i].ev_type = ev.type;
-			w->req[i].ev_status = ev.status;
-		}
+		if (rc == 0)
+			on_event(w, &ev);
 		(void)pthread_cond_broadcast(&w->cond);
 		quit = (w->quit && !w->nactive) || w->gone;
 		(void)pthread_mutex_unlock(&w->lock);

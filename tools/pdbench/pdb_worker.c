@@ -2,8 +2,9 @@
 /*
  * pdbench: worker processes. Each is forked from the (still single-
  * threaded) coordinator, attaches one agent (one TP rank of one broker),
- * then runs requests as the coordinator orders, a thread per request in
- * flight.
+ * then runs requests as the coordinator orders: a thread per request in
+ * flight (decode ranks, and prefill ranks of --engine threads), or one
+ * engine thread (prefill ranks of --engine step, pdb_engine.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -229,7 +230,9 @@ static void worker_main(const struct pd_bench_env *env, uint32_t broker, uint32_
 		rc = attach(&w);
 	m.status = rc;
 	pd_bench_wk_send(&w, &m);
-	if (rc == 0)
+	if (rc == 0 && !w.decode && env->o->engine == PD_BENCH_ENGINE_STEP)
+		pd_bench_engine_run(&w); /* this thread is the engine */
+	else if (rc == 0)
 		wk_serve(&w);
 	pd_agent_detach(w.a);
 	free(w.req);

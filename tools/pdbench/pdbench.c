@@ -66,6 +66,7 @@ static int run(struct pd_bench_opts *o, struct pd_bench_cluster *c, struct pd_be
 		r->leaks_checked = 1;
 		r->leaks_counted = o->local;
 		pd_bench_cluster_admit(c, &r->admit_p50_ns, &r->admit_p99_ns);
+		pd_bench_cluster_moved(c, &r->moved);
 	}
 	free(w);
 	return rc;
@@ -96,6 +97,7 @@ int main(int argc, char **argv)
 	else
 		rc = rc < 0 ? 1 : pd_bench_report_exit(&r);
 	free(r.lat_ns);
+	free(r.sadmit_ns);
 	free(c);
 	free(o);
 	return rc;
