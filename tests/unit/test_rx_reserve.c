@@ -451,6 +451,30 @@ static void test_admission_timeout_etimedout(void **state)
 	rxf_check(f);
 }
 
+/* A peer fails: requests it only reserved go too, admitted (the rank's
+ * peer is known from its Reserve) or waiting (its held Reserve answered
+ * with the failure); another peer's are untouched. */
+static void test_peer_failed_after_reserve(void **state)
+{
+	struct rx_fx *f = *state;
+	struct rxf_resv a = { .req = "A", .peer = 1, .seq = 1, .total = 4 };
+	struct rxf_resv w = { .req = "W", .peer = 1, .seq = 2, .total = 5 };
+	struct rxf_resv o = { .req = "O", .peer = 2, .seq = 1, .total = 2 };
+
+	assert_int_equal(rxf_reserve(f, &a), 0);
+	assert_int_equal(rxf_reserve(f, &o), 0);
+	assert_int_equal(rxf_reserve(f, &w), 1);              /* 5 > 10 - 6 */
+	assert_int_equal(pd_rx_peer_failed(f->rx, 1, f->now), 2);
+	expect_answer(f, 1, 2, -ENOTCONN);
+	assert_int_equal(state_of(f, "A", NULL), PD_RX_ENDED);
+	assert_int_equal(state_of(f, "W", NULL), PD_RX_ENDED);
+	assert_int_equal(state_of(f, "O", NULL), PD_RX_ACTIVE);
+	assert_int_equal(f->nfailed, 2);
+	assert_int_equal(last_failure(f), -ENOTCONN);
+	assert_int_equal(rxf_stats(f).waiting_requests, 0);
+	rxf_check(f);
+}
+
 /* ---- an old-style sender ---------------------------------------------------------------- */
 
 /* No Reserve: the first AllocRequest (with total_chunks) asks admission as
@@ -497,6 +521,7 @@ int main(void)
 		cmocka_unit_test(test_reserve_disagreements_eproto),
 		T(test_cancel_while_waiting_withdraws, rxf_setup10),
 		T(test_admission_timeout_etimedout, rxf_setup10),
+		T(test_peer_failed_after_reserve, rxf_setup10),
 		T(test_old_style_sender_admitted_as_before, rxf_setup10),
 #undef T
 	};

@@ -47,6 +47,7 @@ struct key {
 	uint32_t total, sent;
 	uint8_t last, open, peer_dead;
 	uint8_t admit;                 /* 1 declared, waiting; 2 admitted */
+	uint8_t told;                  /* its Reserve went out: the peer knows it */
 	uint64_t deadline;             /* of its admission */
 	uint64_t first_seq;            /* seqs of its current request start here */
 };
@@ -136,8 +137,9 @@ static void on_cancel(struct h *h, const struct fx_ev *e)
 				  e->req, e->rank, (unsigned long long)s, h->seq_key[s] % NRANKS);
 }
 
-static void on_proxy(struct h *h, const struct fx_ev *e)
+static void on_proxy(struct h *h, uint32_t i)
 {
+	const struct fx_ev *e = &h->f->ev[i], *p = i ? &h->f->ev[i - 1] : NULL;
 	uint32_t k = key_of(e->req, e->rank);
 	struct key *kk = &h->k[k];
 
@@ -149,6 +151,12 @@ static void on_proxy(struct h *h, const struct fx_ev *e)
 		check_complete(h, k, e);
 	if (!e->status && kk->admit != 2)
 		fx_breach(h->f, "ProxyNotif %s/%u done, never admitted", e->req, e->rank);
+	/* A failed request the peer knows of is withdrawn there (CancelNotif,
+	 * right before), unless the peer failed. */
+	if (e->status && kk->open && kk->told && !kk->peer_dead &&
+	    (!p || p->type != EV_CANCEL || strcmp(p->req, e->req) || p->rank != e->rank))
+		fx_breach(h->f, "ProxyNotif %s/%u failed (%d) without its CancelNotif", e->req,
+			  e->rank, e->status);
 	memset(kk, 0, sizeof(*kk));
 	kk->first_seq = h->max_seq + 1;
 }
@@ -201,6 +209,7 @@ static void on_reserve(struct h *h, const struct fx_ev *e)
 	h->seq_key[e->seq] = (uint8_t)k;
 	h->max_seq = e->seq;
 	h->reserves[h->nreserves++] = e->seq;
+	h->k[k].told = 1;
 }
 
 /* Walk the events of the last step, then forget them. */
@@ -230,7 +239,7 @@ static void scan(struct h *h)
 		} else if (e->type == EV_CANCEL) {
 			on_cancel(h, e);
 		} else if (e->type == EV_PROXY) {
-			on_proxy(h, e);
+			on_proxy(h, i);
 		} else if (e->type == EV_AGENT) {
 			on_agent(h, i);
 		}
