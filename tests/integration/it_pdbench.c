@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* pdbench end to end: it starts its own brokers (2 prefill, 1 decode, TP 2),
- * drives requests with and without aborts, and its JSON says nothing was
- * lost, corrupted or leaked; a bad flag is a usage error naming the flag. */
+/* pdbench end to end: it starts its own brokers, drives requests with and
+ * without aborts in both prefill engines (--engine step: one scheduler
+ * thread per rank; --engine threads: a thread per request), over tcp and
+ * shm, including the configurations that used to deadlock before declare
+ * before staging, and its JSON says nothing was lost, corrupted or leaked;
+ * a bad flag is a usage error naming the flag. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,12 +22,33 @@
 
 #define BENCH_TIMEOUT_MS 180000u
 #define SLOT             65536.0
+#define MAX_ARGS         64
 
 struct bench {
 	struct pd_run_result r;
 	char path[128];
 	char *json;                 /* the --json file's text (malloc'ed), or NULL */
 };
+
+/* 2 prefill, 1 decode brokers, TP 2. */
+static const char *const two_one[] = { "--prefill", "2", "--decode", "1", "--tp", "2",
+				       "--slot-size", "64K", NULL };
+
+/* The issue's failing configuration: 6 requests of 16 chunks in flight
+ * against 32 receive slots (2 admitted at a time) and 32 send slots, each
+ * decoded request held 30 ms. Before declare before staging, batches of
+ * unadmitted requests filled the send pool and nothing moved. */
+static const char *const issue[] = { "--prefill", "1", "--decode", "1", "--tp", "1",
+				     "--send-slots", "32", "--recv-slots", "32", "--slot-size",
+				     "64K", "--concurrency", "6", "--chunks", "16", "--batch", "4",
+				     "--requests", "30", "--decode-hold", "30", NULL };
+
+/* The old README troubleshooting case: staging smaller than requests in
+ * flight x chunks x ranks (8 x 16 x 2 = 256 > 128). */
+static const char *const readme[] = { "--prefill", "1", "--decode", "1", "--tp", "2",
+				      "--concurrency", "8", "--chunks", "16", "--send-slots",
+				      "128", "--recv-slots", "64", "--slot-size", "64K",
+				      "--requests", "60", NULL };
 
 static char *slurp(const char *path)
 {
@@ -45,22 +69,30 @@ static char *slurp(const char *path)
 	return text;
 }
 
-/* pdbench --local ... --json FILE --quiet <extra>. */
-static void bench_run(struct bench *b, const char *const *extra)
+static int add_args(const char **argv, int k, const char *const *more)
+{
+	for (; more && *more; more++) {
+		assert_true(k < MAX_ARGS - 1);
+		argv[k++] = *more;
+	}
+	return k;
+}
+
+/* pdbench --local --json FILE --quiet <base> <extra>. */
+static void bench_run(struct bench *b, const char *const *base, const char *const *extra)
 {
 	static int n;
-	const char *argv[48] = { NULL, "--local", "--prefill", "2", "--decode", "1", "--tp", "2",
-				 "--slot-size", "64K", "--json", b->path, "--quiet" };
+	const char *argv[MAX_ARGS] = { NULL, "--local", "--json", b->path, "--quiet" };
 	char bin[256];
-	int k = 13;
+	int k = 5;
 
 	memset(b, 0, sizeof(*b));
 	(void)snprintf(b->path, sizeof(b->path), "/tmp/it_pdbench.%d.%d.json", (int)getpid(), n++);
-	argv[11] = b->path;
+	argv[3] = b->path;
 	assert_int_equal(pd_run_bin("pdbench", bin, sizeof(bin)), 0);
 	argv[0] = bin;
-	for (; extra && *extra && k < 46; extra++)
-		argv[k++] = *extra;
+	k = add_args(argv, k, base);
+	k = add_args(argv, k, extra);
 	argv[k] = NULL;
 	assert_int_equal(pd_run(argv, BENCH_TIMEOUT_MS, &b->r), 0);
 	b->json = slurp(b->path);
@@ -91,6 +123,14 @@ static double num(const struct bench *b, const char *path)
 	return v;
 }
 
+static void expect_engine(const struct bench *b, const char *engine)
+{
+	char got[16] = "";
+
+	assert_int_equal(pd_json_get_str(b->json, "engine", got, sizeof(got)), 0);
+	assert_string_equal(got, engine);
+}
+
 static void expect_clean(const struct bench *b)
 {
 	assert_non_null(b->json);
@@ -99,27 +139,59 @@ static void expect_clean(const struct bench *b)
 	assert_true(num(b, "corrupted") == 0);
 	assert_true(num(b, "leaked_slots") == 0);
 	assert_true(num(b, "requests_failed") == 0);
+	assert_true(num(b, "bad_exits") == 0);
 	assert_true(num(b, "requests_ok") + num(b, "requests_cancelled") == num(b, "requests"));
 }
 
-/* A fifth of the requests cancelled by one rank at a random stage. */
-static void test_aborts_lose_nothing(void **state)
+/* Every request ok, in the engine and over the transport given ("tcp", or
+ * "shm,tcp": shm preferred), and that transport moved every byte. */
+static void run_all_ok(struct bench *b, const char *const *base, const char *engine,
+		       const char *transport)
+{
+	const char *const extra[] = { "--engine", engine, "--transport", transport, NULL };
+	int shm = !strncmp(transport, "shm", 3);
+
+	bench_run(b, base, extra);
+	bench_expect_exit(b, 0);
+	expect_clean(b);
+	expect_engine(b, engine);
+	assert_true(num(b, "requests_ok") == num(b, "requests"));
+	assert_true(num(b, shm ? "moved_shm_bytes" : "moved_tcp_bytes") >= num(b, "bytes"));
+	assert_true(num(b, shm ? "moved_tcp_bytes" : "moved_shm_bytes") == 0);
+}
+
+/* A fifth of the requests cancelled by one rank at a random stage (every
+ * stage after its pd_declare: the cancel of a declared request). */
+static void run_aborts(const char *engine)
 {
 	const char *const extra[] = { "--requests", "40", "--concurrency", "6", "--abort-rate",
-				      "0.2", NULL };
+				      "0.2", "--engine", engine, NULL };
 	struct bench b;
 
-	(void)state;
-	bench_run(&b, extra);
+	bench_run(&b, two_one, extra);
 	bench_expect_exit(&b, 0);
 	expect_clean(&b);
+	expect_engine(&b, engine);
 	assert_true(num(&b, "requests") == 40);
 	assert_true(num(&b, "requests_cancelled") > 0);
 	assert_true(num(&b, "tp") == 2 && num(&b, "prefill") == 2 && num(&b, "decode") == 1);
 	bench_free(&b);
 }
 
-/* No aborts: every request ok, every byte of every chunk counted once. */
+static void test_aborts_lose_nothing_step(void **state)
+{
+	(void)state;
+	run_aborts("step");
+}
+
+static void test_aborts_lose_nothing_threads(void **state)
+{
+	(void)state;
+	run_aborts("threads");
+}
+
+/* No aborts, the default engine (step): every request ok, every byte of
+ * every chunk counted once. */
 static void test_all_ok_every_byte(void **state)
 {
 	const char *const extra[] = { "--requests", "40", "--concurrency", "6", "--abort-rate",
@@ -127,9 +199,10 @@ static void test_all_ok_every_byte(void **state)
 	struct bench b;
 
 	(void)state;
-	bench_run(&b, extra);
+	bench_run(&b, two_one, extra);
 	bench_expect_exit(&b, 0);
 	expect_clean(&b);
+	expect_engine(&b, "step");
 	assert_true(num(&b, "requests_ok") == 40);
 	assert_true(num(&b, "requests_cancelled") == 0);
 	assert_true(num(&b, "bytes") == 40.0 * 2 /* tp */ * 8 * SLOT);
@@ -138,12 +211,146 @@ static void test_all_ok_every_byte(void **state)
 	bench_free(&b);
 }
 
+/*
+ * The issue's configuration completes. Admission really was the
+ * bottleneck: only 2 of the 6 requests in flight fit the receive pool, so
+ * some request waited for one held 30 ms to be released (sender admission
+ * >= 30 ms), and the step engine skipped requests not admitted yet
+ * (pd_alloc -EAGAIN) instead of blocking on them.
+ */
+static void run_issue(const char *engine, const char *transport)
+{
+	struct bench b;
+
+	run_all_ok(&b, issue, engine, transport);
+	assert_true(num(&b, "requests_ok") == 30);
+	assert_true(num(&b, "bytes") == 30.0 * 16 * SLOT);
+	assert_true(num(&b, "decode_hold_ms") == 30);
+	assert_true(num(&b, "sender_admit_samples") == 30);
+	assert_true(num(&b, "sender_admit_p99_ms") >= 30.0);
+	assert_true(num(&b, "admit_wait_p99_ms") > 0);
+	if (!strcmp(engine, "step")) {
+		assert_true(num(&b, "alloc_deferred") > 0);
+		assert_true(num(&b, "engine_steps") > 0);
+		assert_true(num(&b, "engine_sleeps") > 0); /* it slept, never spun */
+	}
+	bench_free(&b);
+}
+
+static void test_issue_step_tcp(void **state)
+{
+	(void)state;
+	run_issue("step", "tcp");
+}
+
+static void test_issue_step_shm(void **state)
+{
+	(void)state;
+	run_issue("step", "shm,tcp");
+}
+
+static void test_issue_threads_tcp(void **state)
+{
+	(void)state;
+	run_issue("threads", "tcp");
+}
+
+static void test_issue_threads_shm(void **state)
+{
+	(void)state;
+	run_issue("threads", "shm,tcp");
+}
+
+/* The old README troubleshooting configuration completes. */
+static void run_readme(const char *engine, const char *transport)
+{
+	struct bench b;
+
+	run_all_ok(&b, readme, engine, transport);
+	assert_true(num(&b, "requests_ok") == 60);
+	assert_true(num(&b, "bytes") == 60.0 * 2 * 16 * SLOT);
+	bench_free(&b);
+}
+
+static void test_readme_step_tcp(void **state)
+{
+	(void)state;
+	run_readme("step", "tcp");
+}
+
+static void test_readme_step_shm(void **state)
+{
+	(void)state;
+	run_readme("step", "shm,tcp");
+}
+
+static void test_readme_threads_tcp(void **state)
+{
+	(void)state;
+	run_readme("threads", "tcp");
+}
+
+static void test_readme_threads_shm(void **state)
+{
+	(void)state;
+	run_readme("threads", "shm,tcp");
+}
+
+/* Cancels under admission pressure, TP 2: requests cancelled while
+ * declared and waiting for admission, admitted, or staging; their
+ * reservations are withdrawn and the others still complete. */
+static void run_aborts_pressure(const char *engine)
+{
+	const char *const extra[] = { "--tp", "2", "--chunks", "8", "--requests", "40",
+				      "--abort-rate", "0.3", "--engine", engine, NULL };
+	struct bench b;
+
+	bench_run(&b, issue, extra);
+	bench_expect_exit(&b, 0);
+	expect_clean(&b);
+	expect_engine(&b, engine);
+	assert_true(num(&b, "requests_cancelled") > 0);
+	assert_true(num(&b, "requests_ok") > 0);
+	bench_free(&b);
+}
+
+static void test_aborts_under_pressure_step(void **state)
+{
+	(void)state;
+	run_aborts_pressure("step");
+}
+
+static void test_aborts_under_pressure_threads(void **state)
+{
+	(void)state;
+	run_aborts_pressure("threads");
+}
+
+/* --help names both engines and says which one is the default. */
+static void test_help_names_engines(void **state)
+{
+	const char *argv[] = { NULL, "--help", NULL };
+	struct pd_run_result r;
+	char bin[256];
+
+	(void)state;
+	assert_int_equal(pd_run_bin("pdbench", bin, sizeof(bin)), 0);
+	argv[0] = bin;
+	assert_int_equal(pd_run(argv, 10000, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_non_null(strstr(r.out, "--engine step|threads"));
+	assert_non_null(strstr(r.out, "step (default)"));
+	assert_non_null(strstr(r.out, "--decode-hold MS"));
+	pd_run_free(&r);
+}
+
 /* Bad values: exit 2, and the message names the flag. */
 static void test_bad_flag_is_usage_error(void **state)
 {
 	static const char *const bad[][2] = {
 		{ "--tp", "0" }, { "--abort-rate", "1.5" }, { "--slot-size", "1000" },
 		{ "--concurrency", "x" }, { "--recv-slots", "8" }, /* < chunks x tp */
+		{ "--engine", "fast" }, { "--decode-hold", "60001" },
 	};
 	char bin[256];
 
@@ -165,8 +372,20 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_flag_is_usage_error),
-		cmocka_unit_test(test_aborts_lose_nothing),
+		cmocka_unit_test(test_help_names_engines),
+		cmocka_unit_test(test_aborts_lose_nothing_step),
+		cmocka_unit_test(test_aborts_lose_nothing_threads),
 		cmocka_unit_test(test_all_ok_every_byte),
+		cmocka_unit_test(test_issue_step_tcp),
+		cmocka_unit_test(test_issue_step_shm),
+		cmocka_unit_test(test_issue_threads_tcp),
+		cmocka_unit_test(test_issue_threads_shm),
+		cmocka_unit_test(test_readme_step_tcp),
+		cmocka_unit_test(test_readme_step_shm),
+		cmocka_unit_test(test_readme_threads_tcp),
+		cmocka_unit_test(test_readme_threads_shm),
+		cmocka_unit_test(test_aborts_under_pressure_step),
+		cmocka_unit_test(test_aborts_under_pressure_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
