@@ -264,7 +264,7 @@ clean:
 # pool of 64 slots, so admission has to queue; every byte is verified.
 DEMO_ARGS ?= --local --prefill 2 --decode 1 --tp 2 --transport tcp --requests 200 \
 	     --concurrency 8 --chunks 16 --batch 4 --slot-size 256K --recv-slots 64 \
-	     --send-slots 128 --abort-rate 0.05 --seed 1
+	     --send-slots 128 --abort-rate 0.05 --seed 1 --engine step
 .PHONY: demo compare-peers
 demo: all
 	@echo "make demo: pdbench $(DEMO_ARGS)"
