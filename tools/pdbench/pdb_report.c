@@ -118,9 +118,10 @@ void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result
 	printf("  latency     p50 %.2f ms, p99 %.2f ms (first pd_declare -> decode verified)\n",
 	       lat_ms(r, 0.50), lat_ms(r, 0.99));
 	print_admission(r);
-	printf("  moved       tcp %.3f GB, shm %.3f GB, rdma %.3f GB (the prefill brokers' "
-	       "transports)\n", (double)r->moved.tcp / 1e9, (double)r->moved.shm / 1e9,
-	       (double)r->moved.rdma / 1e9);
+	if (r->leaks_checked) /* the brokers were read at the end */
+		printf("  moved       tcp %.3f GB, shm %.3f GB, rdma %.3f GB (the prefill brokers' "
+		       "transports)\n", (double)r->moved.tcp / 1e9, (double)r->moved.shm / 1e9,
+		       (double)r->moved.rdma / 1e9);
 	if (r->bad_exits)
 		printf("  processes   %" PRIu32 " agent processes or brokers did not exit cleanly\n",
 		       r->bad_exits);
