@@ -106,6 +106,10 @@ struct pd_bench_moved {
 	uint64_t tcp, shm, rdma;
 };
 void pd_bench_cluster_moved(const struct pd_bench_cluster *c, struct pd_bench_moved *m);
+/* Slots reserved (admitted requests, not granted) and requests waiting
+ * for admission at the decode brokers, polled up to wait_ms until 0. */
+void pd_bench_cluster_admission_left(const struct pd_bench_cluster *c, uint32_t wait_ms,
+				     uint64_t *reserved, uint64_t *waiting);
 /* Admission wait quantiles (ns) over the decode brokers since the probe. */
 void pd_bench_cluster_admit(const struct pd_bench_cluster *c, uint64_t *p50, uint64_t *p99);
 /* Stop the brokers (--local), remove the rundir unless keep. Idempotent.
@@ -242,6 +246,8 @@ struct pd_bench_result {
 	uint64_t steps, sleeps, fd_wakes; /* --engine step, summed over the prefill ranks */
 	struct pd_bench_moved moved;
 	uint64_t leaked_slots;
+	uint64_t reserved_left;      /* decode brokers' reservations left at the end */
+	uint64_t waiting_left;       /* requests still waiting for admission at the end */
 	uint32_t bad_exits;          /* agent processes or brokers that did not exit cleanly */
 	int leaks_checked;           /* the pools were read at the end */
 	int leaks_counted;           /* --local: leaks fail the run */

@@ -109,9 +109,11 @@ static void usage(FILE *f)
 "cancel); corrupted (a chunk's length or bytes differ, or a chunk is missing once\n"
 "READY); lost (no outcome within --timeout, or PUT_DONE everywhere without READY).\n"
 "Leaked slots: slots not free in the brokers' pools once the agents detached\n"
-"(polled for 3 s). Exit status: 0 when no request was lost, corrupted or failed,\n"
-"every request ended ok or cancelled, every process exited cleanly and (--local)\n"
-"no slot leaked; 1 otherwise; 2 usage error; 130/143 on SIGINT/SIGTERM.\n");
+"(polled for 3 s); admission left: slots the decode brokers still reserve for\n"
+"requests, and requests still waiting there (polled for 3 s). Exit status: 0 when\n"
+"no request was lost, corrupted or failed, every request ended ok or cancelled,\n"
+"every process exited cleanly and (--local) no slot leaked and no admission was\n"
+"left; 1 otherwise; 2 usage error; 130/143 on SIGINT/SIGTERM.\n");
 }
 
 static int bad(const char *flag, const char *what, const char *arg)

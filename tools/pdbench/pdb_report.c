@@ -125,6 +125,9 @@ void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result
 	if (r->bad_exits)
 		printf("  processes   %" PRIu32 " agent processes or brokers did not exit cleanly\n",
 		       r->bad_exits);
+	if (r->reserved_left || r->waiting_left)
+		printf("  admission   left at the end: %" PRIu64 " slots reserved, %" PRIu64
+		       " requests waiting (leaked)\n", r->reserved_left, r->waiting_left);
 	printf("%" PRIu32 " lost, %" PRIu32 " corrupted, %" PRIu64 " leaked slots%s\n", r->lost,
 	       r->corrupted, r->leaked_slots, !r->leaks_checked ? " (not checked)" :
 	       r->leaks_counted ? "" : " (brokers not ours: slots in use, not counted)");
@@ -160,6 +163,8 @@ static void json_body(FILE *f, const struct pd_bench_opts *o, const struct pd_be
 		sadmit_ms(r, 0.50), sadmit_ms(r, 0.99), r->nsadmit, r->deferred);
 	fprintf(f, "  \"engine_steps\": %" PRIu64 ",\n  \"engine_sleeps\": %" PRIu64
 		",\n  \"engine_fd_wakeups\": %" PRIu64 ",\n", r->steps, r->sleeps, r->fd_wakes);
+	fprintf(f, "  \"reserved_left\": %" PRIu64 ",\n  \"waiting_left\": %" PRIu64 ",\n",
+		r->reserved_left, r->waiting_left);
 	fprintf(f, "  \"moved_tcp_bytes\": %" PRIu64 ",\n  \"moved_shm_bytes\": %" PRIu64
 		",\n  \"moved_rdma_bytes\": %" PRIu64 ",\n", r->moved.tcp, r->moved.shm,
 		r->moved.rdma);
@@ -205,8 +210,8 @@ int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *
 
 int pd_bench_report_exit(const struct pd_bench_result *r)
 {
-	if (r->lost || r->corrupted || r->failed || (r->leaks_counted && r->leaked_slots) ||
-	    r->bad_exits)
+	if (r->lost || r->corrupted || r->failed || r->bad_exits ||
+	    (r->leaks_counted && (r->leaked_slots || r->reserved_left || r->waiting_left)))
 		return 1;
 	return r->ok + r->cancelled == r->requests ? 0 : 1;
 }

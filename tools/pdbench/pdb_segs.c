@@ -211,3 +211,24 @@ void pd_bench_cluster_moved(const struct pd_bench_cluster *c, struct pd_bench_mo
 	}
 	free(now);
 }
+
+/* Admission still held at the decode brokers once the run ended: slots
+ * reserved for requests (admitted, not granted) and requests waiting,
+ * polled up to wait_ms until both are 0 (a withdrawal may be in flight). */
+void pd_bench_cluster_admission_left(const struct pd_bench_cluster *c, uint32_t wait_ms,
+				     uint64_t *reserved, uint64_t *waiting)
+{
+	uint64_t deadline = pd_deadline_ms(wait_ms);
+	struct pd_stats *now = calloc(1, sizeof(*now));
+
+	*reserved = *waiting = 0;
+	for (uint32_t i = c->nprefill; now && i < c->nprefill + c->ndecode; i++) {
+		while (fresh_snapshot(&c->b[i], pd_realtime_ns(), now) == 0 &&
+		       (now->info.reserved || now->info.waiting) && pd_now_ns() < deadline)
+			nap_ms(20);
+		*reserved += now->info.reserved;
+		*waiting += now->info.waiting;
+		memset(&now->info, 0, sizeof(now->info)); /* a broker not read counts 0 */
+	}
+	free(now);
+}

@@ -63,6 +63,8 @@ static int run(struct pd_bench_opts *o, struct pd_bench_cluster *c, struct pd_be
 	}
 	if (rc == 0 && !stop_sig) {
 		r->leaked_slots = pd_bench_cluster_leaks(c, LEAK_WAIT_MS);
+		pd_bench_cluster_admission_left(c, LEAK_WAIT_MS, &r->reserved_left,
+						&r->waiting_left);
 		r->leaks_checked = 1;
 		r->leaks_counted = o->local;
 		pd_bench_cluster_admit(c, &r->admit_p50_ns, &r->admit_p99_ns);
