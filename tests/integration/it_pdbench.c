@@ -138,6 +138,8 @@ static void expect_clean(const struct bench *b)
 	assert_true(num(b, "lost") == 0);
 	assert_true(num(b, "corrupted") == 0);
 	assert_true(num(b, "leaked_slots") == 0);
+	assert_true(num(b, "reserved_left") == 0); /* every reservation granted or withdrawn */
+	assert_true(num(b, "waiting_left") == 0);
 	assert_true(num(b, "requests_failed") == 0);
 	assert_true(num(b, "bad_exits") == 0);
 	assert_true(num(b, "requests_ok") + num(b, "requests_cancelled") == num(b, "requests"));
