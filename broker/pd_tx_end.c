@@ -13,12 +13,13 @@
  *
  * The ranks of one request (same req_id, same peer) share its fate at the
  * receiver, which rolls the whole request back on the first CancelNotif.
- * So CancelNotifs go out only once no rank of the request has a write in
+ * So any rank's abort (a cancel, a lost agent, a failure) aborts every rank
+ * of the request here, dropping their batches still waiting for grants;
+ * CancelNotifs go out only once no rank of the request has a write in
  * flight (a write landing after the rollback could land in a slot already
- * granted to another request), a cancel or a lost agent aborts every rank
- * of the request here, a cancel also reaches ranks that already completed
- * (the receiver still waits for the others), and it is remembered for
- * ranks not seen yet.
+ * granted to another request); a cancel also reaches ranks that already
+ * completed (the receiver still waits for the others), and it is
+ * remembered for ranks not seen yet.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -153,11 +154,13 @@ int pd_tx_req_abort(struct pd_tx *tx, struct pd_tx_req *r, int err, uint32_t why
 	r->cancelled = why == PD_TX_WHY_CANCEL || why == PD_TX_WHY_AGENT;
 	tx->ops.wake_alloc(tx->ctx, r->tag);
 	drop_unposted(tx, r);
-	/* A cancel or a lost agent dooms the whole request: take the other
-	 * ranks along. A failure of one rank does not (they may still finish;
-	 * its CancelNotif waits for their writes). A failed peer takes every
-	 * request to it anyway. */
-	if (why == PD_TX_WHY_CANCEL || why == PD_TX_WHY_AGENT)
+	/* Any end but success dooms the whole request: the receiver rolls it
+	 * back on the first CancelNotif, so the other ranks go too. Their
+	 * batches still waiting for grants are dropped (a grant arriving after
+	 * the rollback must never be written: the slot may be another
+	 * request's by then), their writes in flight finish first. A failed
+	 * peer takes every request to it anyway. */
+	if (why != PD_TX_WHY_PEER)
 		abort_siblings(tx, r, err, why, now_ns);
 	pd_tx_req_settle(tx, r, now_ns);
 	return 1;
