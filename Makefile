@@ -257,7 +257,7 @@ install: all
 clean:
 	rm -rf build
 
--include $(shell find build/$(VARIANT) $(FUZZ_B) -name '*.d' 2>/dev/null)
+-include $(shell find $(B) $(FUZZ_B) -name '*.d' 2>/dev/null)
 
 # The main job: a local 2P1D cluster over TCP, 200 requests of chunked
 # prefill (16 chunks in batches of 4) with 8 in flight against a receive

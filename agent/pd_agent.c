@@ -116,6 +116,8 @@ static int map_segment(struct pd_agent *a, int seg_fd, const struct pd_attach_ac
 	     pd_layout_rings(&a->shm, ack->agent_id - 1, &a->sq, &a->cq) : -EPROTO;
 	if (rc < 0)
 		pd_layout_close(&a->shm);
+	else /* pd_agent_fd() turns readable for every completion */
+		pd_ring_arm(&a->cq);
 	return rc;
 }
 

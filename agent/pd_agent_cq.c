@@ -127,22 +127,25 @@ static void file(struct pd_agent *a, const struct pd_cqe *c)
 	}
 }
 
+/* The completion ring is armed (pd_ring_arm at attach): the broker rings
+ * bell_in, the descriptor pd_agent_fd() hands out, at every completion.
+ * Clear it before reading the ring, so that what arrives after a read
+ * leaves it readable for whoever polls it. */
+static void clear_bell(struct pd_agent *a)
+{
+	uint64_t v;
+
+	(void)!read(a->bell_in, &v, sizeof(v)); /* non-blocking; -EAGAIN: not rung */
+}
+
 /* Sleep until the broker rings or timeout_ms passes; notices its death. */
 static void doze(struct pd_agent *a, uint32_t timeout_ms)
 {
 	struct pollfd p[2] = { { .fd = a->bell_in, .events = POLLIN },
 			       { .fd = a->sock, .events = POLLIN | POLLRDHUP } };
-	uint64_t v;
 
-	if (!pd_ring_sleep_prepare(&a->cq))
-		return;
-	if (poll(p, 2, (int)timeout_ms) > 0) {
-		if (p[0].revents & POLLIN)
-			(void)!read(a->bell_in, &v, sizeof(v));
-		if (p[1].revents)
-			(void)ag_check_broker(a);
-	}
-	pd_ring_sleep_done(&a->cq);
+	if (poll(p, 2, (int)timeout_ms) > 0 && p[1].revents)
+		(void)ag_check_broker(a);
 }
 
 /* Become the reader for one round: drain the ring, or (may_doze) doze.
@@ -154,6 +157,7 @@ static void read_round(struct pd_agent *a, uint32_t timeout_ms, int may_doze)
 
 	a->reader = 1;
 	(void)pthread_mutex_unlock(&a->lock);
+	clear_bell(a);
 	n = pd_ring_dequeue_burst_sc(&a->cq, c, 16);
 	if (n == 0 && may_doze)
 		doze(a, timeout_ms);

@@ -242,4 +242,15 @@ static inline void pd_ring_sleep_done(struct pd_ring_view *v)
 	atomic_store_explicit(&v->r->need_wakeup, 0, memory_order_relaxed);
 }
 
+/* Consumer that others wait on through its doorbell (a file descriptor an
+ * application polls): keep the flag up for good, so the producer rings at
+ * every enqueue. The consumer then clears its doorbell before it reads the
+ * ring, never after: a ring it could miss always leaves the bell rung. */
+static inline void pd_ring_arm(struct pd_ring_view *v)
+{
+	atomic_store_explicit(&v->r->need_wakeup, 1, PD_RING_FLAG_MO);
+	/* F1: pairs with F2: every enqueue after this fence sees the flag. */
+	PD_RING_FULL_FENCE();
+}
+
 #endif

@@ -250,7 +250,14 @@ int pd_recv_release(struct pd_agent *a, const char *req_id);
 
 /* ---- integration ---------------------------------------------------------- */
 
-/** A file descriptor that polls readable when an event may be waiting. */
+/**
+ * A file descriptor (for poll, epoll, selectors) that is readable when an
+ * event may be waiting: the broker has sent something since this agent
+ * last read what it sent. Reading the events (pd_next_event() with timeout
+ * 0 until -ETIMEDOUT, or any call that reads them) clears it; a wake-up
+ * with nothing new is possible. Do not read or close it yourself.
+ * @return the descriptor; -EINVAL.
+ */
 int pd_agent_fd(const struct pd_agent *a);
 
 typedef void pd_agent_log_fn(void *ctx, int level, const char *msg);

@@ -5,6 +5,7 @@
  * once) runs in a child; the test process is the agent.
  */
 #include <errno.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -480,6 +481,37 @@ static void test_alloc_waits_for_admission_holding_nothing(void **state)
 	pd_agent_detach(a);
 }
 
+static int readable(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+/* An engine that polls pd_agent_fd() (and reads events with timeout 0) is
+ * woken by the admission, with no library call waiting; reading clears it. */
+static void test_agent_fd_wakes_a_poller(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	int fd = pd_agent_fd(a);
+	struct pd_event ev;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pd_agent_fd(NULL), -EINVAL);
+	assert_int_equal(declare(a, "wait-fd", 1), 0);
+	assert_true(wait_count(&f->x->declares, 1, 2000));
+	assert_int_equal(pd_next_event(a, &ev, 0), -ETIMEDOUT);
+	assert_false(readable(fd, 100));
+	f->x->admit = 1;
+	assert_true(readable(fd, 2000));
+	assert_int_equal(pd_next_event(a, &ev, 0), 0);
+	assert_int_equal(ev.type, PD_EV_ADMITTED);
+	assert_int_equal(pd_next_event(a, &ev, 0), -ETIMEDOUT);
+	assert_false(readable(fd, 0));
+	pd_agent_detach(a);
+}
+
 /* A refused declaration: the request fails; pd_alloc gets -ECANCELED, the
  * state and the event carry the reason. */
 static void test_refused_declaration(void **state)
@@ -612,6 +644,7 @@ int main(void)
 		T(test_declare_validation),
 		T(test_alloc_waits_for_admission_holding_nothing),
 		T(test_refused_declaration),
+		T(test_agent_fd_wakes_a_poller),
 		T(test_broker_death_wakes_an_admission_wait),
 		T(test_dead_agent_slots_come_back),
 		T(test_garbage_submission_detaches_the_agent),
