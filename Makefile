@@ -287,10 +287,12 @@ $(B)/tests/rdma/%: $(B)/tests/rdma/%.o $(LIBBROKER) $(LIBCORE)
 	$(CC) -o $@ $< $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
 # Third command: pdbench, 2 TP ranks per broker, over rdma between the two
-# rxe addresses; its figures are functional only (emulated RDMA).
+# rxe addresses, in the step engine (one scheduler thread per rank) with
+# fewer receive slots than the requests in flight need, so admission
+# queues; its figures are functional only (emulated RDMA).
 RDMA_PDBENCH := pdbench --local --transport rdma --prefill-host $$RXE_IP1 --decode-host \
 	$$RXE_IP0 --tp 2 --requests 40 --concurrency 4 --chunks 8 --abort-rate 0.1 \
-	--slot-size 64K --quiet
+	--slot-size 64K --recv-slots 32 --send-slots 16 --engine step --quiet
 
 # Fourth: perftest's ib_write_lat/ib_write_bw as the same-boot baselines
 # (Debian's perftest, installed when root; a SKIP line when missing).
