@@ -580,28 +580,36 @@ static void reset_totals(void)
 	W->nfail = 0;
 }
 
-/* Random topologies and schedules: every check holds after every event,
- * every request ends, nothing leaks. */
-static void test_random_schedules_progress(void **state)
+/* Every seed of one configuration, each check holding after every event,
+ * every request ending, nothing leaking: the seeds that failed. */
+static uint32_t run_case(const char *name, uint32_t dflt,
+			 void (*cfg)(struct em_cfg *c, uint32_t seed))
 {
-	uint32_t first, n = seeds_from_env(SEEDS_RANDOM, &first), failed = 0;
+	uint32_t first, n = seeds_from_env(dflt, &first), failed = 0;
 
-	(void)state;
 	reset_totals();
 	for (uint32_t s = first; s < first + n; s++)
-		failed += run_seed(s, cfg_random) != 0;
-	summary("engine model, random", n);
+		failed += run_seed(s, cfg) != 0;
+	summary(name, n);
 	if (failed)
-		print_message("engine model, random: %u of %u seeds failed\n", failed, n);
-	assert_int_equal(failed, 0);
+		print_message("%s: %u of %u seeds failed\n", name, failed, n);
+	return failed;
+}
+
+/* Random topologies and schedules. */
+static void test_random_schedules_progress(void **state)
+{
+	(void)state;
+	assert_int_equal(run_case("engine model, random", SEEDS_RANDOM, cfg_random), 0);
 }
 
 /*
  * One rank of a request fails (an injected write error) while its sibling
  * rank goes on: the same checks, every seed with 2 ranks per request.
  *
- * KNOWN FAILURE on the engines of 372dd83 (not fixed here, reported): 52
- * of the 80 default seeds fail the same way; PD_ENGINE_SEED=78, 1P1D tp 2:
+ * This case found a real bug (fixed in broker/pd_tx_end.c: now any rank's
+ * failure aborts every rank of the request). PD_ENGINE_SEED=78, 1P1D tp 2,
+ * before the fix:
  *   10.485 ms  P0 alloc q2/0 seq 13, 11.282 ms  P0 alloc q2/1 seq 14
  *   11.557 ms  D0 grants seq 13 -> [8], 11.818 ms  seq 14 -> [9]
  *   12.376 ms  P0 write done q2/0 seq 13 (-EIO): rank 0 fails; its CancelNotif
@@ -612,41 +620,25 @@ static void test_random_schedules_progress(void **state)
  *              once to q3/1 (held batch, now admitted), from the same P0
  *   13.841 ms  q2/1's write lands in q3's slot 9 (the TCP grant word, P0 + 1,
  *              accepts it); P0 reports PUT_DONE for q2/1
- * Cause, broker/pd_tx_end.c: a rank's failure (PD_TX_WHY_FAIL) leaves its
- * siblings live (pd_tx_req_abort(): "they may still finish"), and its
- * CancelNotif waits only for their writes in flight (siblings_writing()
- * counts s->inflight), not for their AllocRequests whose grants are not back
- * yet (PD_TXB_WAIT): the receiver frees those grants at the CancelNotif, and
- * pd_tx.c batch_post() then posts the sibling's write into them. That is
- * what docs/design.md ("CancelNotifs wait until no rank of the request has a
- * write in flight") means to rule out. The siblings cannot finish anyway:
- * the receiver rolls the whole request back on the first CancelNotif.
+ * A rank's failure left its siblings live, and its CancelNotif waited only
+ * for their writes in flight, not for their AllocRequests whose grants were
+ * not back yet: the receiver freed those grants at the CancelNotif, and the
+ * sibling then wrote into them.
  */
 static void test_rank_failure_with_sibling_live(void **state)
 {
-	uint32_t first, n = seeds_from_env(SEEDS_RANKFAIL, &first), failed = 0;
-
 	(void)state;
-	reset_totals();
-	for (uint32_t s = first; s < first + n; s++)
-		failed += run_seed(s, cfg_write_fail) != 0;
-	summary("engine model, rank failures", n);
-	if (failed)
-		print_message("engine model, rank failures: %u of %u seeds failed\n", failed, n);
-	assert_int_equal(failed, 0);
+	assert_int_equal(run_case("engine model, rank failures", SEEDS_RANKFAIL, cfg_write_fail),
+			 0);
 }
 
 /* The issue's configuration, declare before staging: never stuck. */
 static void test_issue_config_progress(void **state)
 {
-	uint32_t first, n = seeds_from_env(SEEDS_ISSUE, &first), failed = 0;
+	uint32_t first, n = seeds_from_env(SEEDS_ISSUE, &first);
 
 	(void)state;
-	reset_totals();
-	for (uint32_t s = first; s < first + n; s++)
-		failed += run_seed(s, cfg_issue) != 0;
-	summary("engine model, issue config", n);
-	assert_int_equal(failed, 0);
+	assert_int_equal(run_case("engine model, issue config", SEEDS_ISSUE, cfg_issue), 0);
 	assert_int_equal(W->why[WHY_DONE], (uint64_t)n * 12);
 }
 
