@@ -5,7 +5,9 @@
  * deadline, the receiver's admission timeout and the agent's death each
  * withdraw a reservation still waiting at the receiver (the next request
  * is admitted in its place); a request larger than the receive pool is
- * refused at once; the ranks of a request join the first rank's admission.
+ * refused at once; the ranks of a request join the first rank's admission;
+ * and the broker itself takes no batch of a request not declared or not
+ * admitted, whatever an agent hands it.
  */
 #include <signal.h>
 #include <time.h>
@@ -198,6 +200,38 @@ static void test_ranks_join_the_first_admission(void **state)
 	it_stop(t, 0);
 }
 
+/* Slots loaned for an admitted request, handed over under another name:
+ * the broker takes no batch of a request it was never told of (-ENOENT) or
+ * has not seen admitted (-EPROTO: that request fails, its reservation is
+ * withdrawn), and the staging comes back either way. */
+static void test_broker_refuses_batches_outside_the_rule(void **state)
+{
+	struct it *t = start_full(&(struct it_opts){ .send_slots = SEND, .recv_slots = RECV });
+	struct pd_chunk c = { .len = 100, .klen = 1, .key = "k" };
+	struct pd_batch b = { .endpoint = t->d.ctrl, .chunks = &c, .n = 1, .total_chunks = 1,
+			      .world_size = 1, .last = 1 };
+	pd_slot_ref r[1];
+
+	(void)state;
+	assert_int_equal(it_declare_on(t, t->pa, "B", 1), 0);
+	assert_int_equal(it_wait_stat(&t->d, "rx.waiting_requests", 1), 1);
+	assert_int_equal(pd_alloc(t->pa, "A", 1, r, IT_WAIT_MS), 0);
+	c.slot = r[0];
+	b.req_id = "nobody";
+	assert_int_equal(pd_put(t->pa, &b), 0);
+	assert_int_equal(it_expect_event_from(t->pa, "nobody", PD_EV_PUT_FAILED), -ENOENT);
+	assert_int_equal(pd_alloc(t->pa, "A", 1, r, IT_WAIT_MS), 0);
+	c.slot = r[0];
+	b.req_id = "B";
+	assert_int_equal(pd_put(t->pa, &b), 0);
+	assert_int_equal(it_expect_event_from(t->pa, "B", PD_EV_PUT_FAILED), -EPROTO);
+	assert_int_equal(wait_stat_is(&t->d, "rx.waiting_requests", 0), 0);
+	assert_int_equal(it_wait_free(&t->p, 0, SEND), SEND);
+	finish_a(t);
+	assert_int_equal(it_wait_free(&t->d, 1, RECV), RECV);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -207,6 +241,7 @@ int main(void)
 		cmocka_unit_test(test_agent_death_withdraws_the_reservation),
 		cmocka_unit_test(test_too_big_is_refused_at_once),
 		cmocka_unit_test(test_ranks_join_the_first_admission),
+		cmocka_unit_test(test_broker_refuses_batches_outside_the_rule),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
