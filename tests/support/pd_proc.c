@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "pd_proc.h"
+#include "pd_segment.h"
 #include "pd_test.h"
 #include "pd_time.h"
 
@@ -103,6 +104,7 @@ int pd_test_broker_restart(struct pd_test_broker *b, const char *const *args)
 	/* The dead one's socket file stays: wait for the new one's, not that. */
 	(void)snprintf(path, sizeof(path), "%s/%s.sock", b->rundir, b->name);
 	(void)unlink(path);
+	(void)mkdir(b->rundir, 0700); /* removed with the last broker stopped */
 	return spawn(b, args);
 }
 
@@ -120,15 +122,34 @@ int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *
 	return spawn(b, args);
 }
 
+/* The broker is gone: what it leaves when it cannot clean up (killed) goes,
+ * its log too, and the rundir once the last broker's files are gone. */
+static void leftovers_remove(const struct pd_test_broker *b)
+{
+	static const char *const ext[] = { "sock", "admin" };
+	char path[sizeof(b->rundir) + sizeof(b->name) + 8];
+
+	if (!b->name[0] || !b->rundir[0])
+		return;
+	(void)pd_segment_unlink(b->name);
+	for (size_t i = 0; i < sizeof(ext) / sizeof(ext[0]); i++) {
+		(void)snprintf(path, sizeof(path), "%s/%s.%s", b->rundir, b->name, ext[i]);
+		(void)unlink(path);
+	}
+	(void)unlink(b->log);
+	(void)rmdir(b->rundir); /* fails while another broker's files are there */
+}
+
 int pd_test_broker_stop(struct pd_test_broker *b)
 {
-	int rc;
+	int rc = 0;
 
-	if (b->pid <= 0)
-		return 0;
-	(void)kill(b->pid, SIGTERM);
-	rc = pd_test_wait(b->pid, 10000);
-	b->pid = 0;
+	if (b->pid > 0) {
+		(void)kill(b->pid, SIGTERM);
+		rc = pd_test_wait(b->pid, 10000); /* SIGKILLed at the deadline: gone either way */
+		b->pid = 0;
+	}
+	leftovers_remove(b);
 	return rc;
 }
 
