@@ -38,6 +38,7 @@ PC_CFLAGS = $(shell pkg-config --cflags $(PC_MODULES))
 PC_LIBS_CORE = $(shell pkg-config --libs libxxhash)
 PC_LIBS_BROKER = $(shell pkg-config --libs msgpack libbsd libzmq libibverbs librdmacm)
 PC_LIBS_TEST = $(shell pkg-config --libs cmocka)
+PC_LIBS_TOOLS = $(shell pkg-config --libs msgpack)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wpointer-arith -Wformat=2 -Wvla -Wundef -Wcast-qual -Wwrite-strings \
@@ -46,7 +47,33 @@ ifeq ($(CI),true)
   WARN += -Werror
 endif
 
-CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ishm -Ibroker -Iagent -Itests/support -Itools
+CPPFLAGS += -D_GNU_SOURCE
+
+# Each folder sees only the headers of the layers below it, so the compiler
+# holds the layering: tools -> agent -> shm, broker -> shm; inside broker/,
+# engine/ (pure state machines), config/, local/ (loop, attach, agent rings)
+# and xport/ (the transports) see none of each other, ctrl/ sees local/'s
+# loop, and broker/ itself (the daemon that wires them) sees them all.
+INC_CORE   := -Iinclude -Ishm
+INC_XPORT  := $(INC_CORE) -Ibroker/xport
+BROKER_DIRS := broker broker/config broker/ctrl broker/engine broker/local broker/xport \
+	       broker/xport/tcp broker/xport/shm broker/xport/rdma
+INC_BROKER := $(INC_CORE) $(addprefix -I,$(BROKER_DIRS))
+INC_ALL    := $(INC_BROKER) -Iagent -Itests/support -Itools/pdctl -Itools/pdbench
+INC = $(INC_ALL)
+$(B)/shm/%.o:              INC = $(INC_CORE)
+$(B)/agent/%.o:            INC = $(INC_CORE) -Iagent
+$(B)/broker/%.o:           INC = $(INC_BROKER)
+$(B)/broker/engine/%.o:    INC = $(INC_CORE) -Ibroker/engine
+$(B)/broker/config/%.o:    INC = $(INC_CORE) -Ibroker/config
+$(B)/broker/local/%.o:     INC = $(INC_CORE) -Ibroker/local
+$(B)/broker/ctrl/%.o:      INC = $(INC_CORE) -Ibroker/local -Ibroker/ctrl
+$(B)/broker/xport/%.o:     INC = $(INC_XPORT)
+$(B)/broker/xport/tcp/%.o: INC = $(INC_XPORT) -Ibroker/xport/tcp
+$(B)/broker/xport/shm/%.o: INC = $(INC_XPORT) -Ibroker/xport/shm
+$(B)/broker/xport/rdma/%.o: INC = $(INC_XPORT) -Ibroker/xport/rdma
+$(B)/tools/pdctl/%.o:      INC = $(INC_CORE) -Itools/pdctl
+$(B)/tools/pdbench/%.o:    INC = $(INC_CORE) -Iagent -Itools/pdbench
 CFLAGS_ALL = -std=c11 $(OPT) -fPIC $(WARN) $(SANFLAGS) $(PC_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
 LDLIBS_ALL = $(PC_LIBS_CORE) -lpthread $(LDLIBS)
@@ -58,7 +85,7 @@ LIBCORE  := $(B)/libpdcore.a
 
 # Broker logic (codec, admission, request engines) as a library, so unit
 # tests link exactly what pdbroker links; broker/main.c is the program.
-BROKER_SRC := $(filter-out broker/main.c,$(wildcard broker/*.c))
+BROKER_SRC := $(filter-out broker/main.c,$(foreach d,$(BROKER_DIRS),$(wildcard $(d)/*.c)))
 BROKER_OBJ := $(BROKER_SRC:%.c=$(B)/%.o)
 LIBBROKER  := $(B)/libpdbroker.a
 
@@ -87,7 +114,8 @@ TSAN_BIN  := $(TSAN_SRC:%.c=$(B)/%)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:%.c=$(B)/%)
 
-HEADERS := $(wildcard include/pdkv/*.h shm/*.h agent/*.h broker/*.h tools/*/*.h)
+HEADERS := $(wildcard include/pdkv/*.h shm/*.h agent/*.h tools/*/*.h) \
+	   $(foreach d,$(BROKER_DIRS),$(wildcard $(d)/*.h))
 DEPS_STAMP := build/.deps-ok
 
 .PHONY: all test check tsan install clean deps bench check-headers check-symbols help fuzz
@@ -126,7 +154,7 @@ $(DEPS_STAMP): tools/deps.sh
 # ---- build rules -----------------------------------------------------------
 $(B)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(INC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
 $(LIBCORE): $(CORE_OBJ)
 	@mkdir -p $(@D)
@@ -139,13 +167,15 @@ $(LIBBROKER): $(BROKER_OBJ)
 $(PDBROKER): $(B)/broker/main.o $(LIBBROKER) $(LIBCORE)
 	$(CC) -o $@ $< $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
 
-$(PDCTL): $(PDCTL_SRC:%.c=$(B)/%.o) $(LIBBROKER) $(LIBCORE)
-	$(CC) -o $@ $(filter %.o,$^) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_BROKER) $(LDLIBS_ALL)
+# The tools link what they use: the core (and pdbench the agent library),
+# never the broker's.
+$(PDCTL): $(PDCTL_SRC:%.c=$(B)/%.o) $(LIBCORE)
+	$(CC) -o $@ $(filter %.o,$^) $(LIBCORE) $(LDFLAGS_ALL) $(PC_LIBS_TOOLS) $(LDLIBS_ALL)
 
 # pdbench spawns pdbroker (found beside itself) and forks agent processes.
-$(PDBENCH): $(PDBENCH_SRC:%.c=$(B)/%.o) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) | $(PDBROKER)
-	$(CC) -o $@ $(filter %.o,$^) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) \
-		$(PC_LIBS_BROKER) $(LDLIBS_ALL) -lm
+$(PDBENCH): $(PDBENCH_SRC:%.c=$(B)/%.o) $(LIBAGENT_A) $(LIBCORE) | $(PDBROKER)
+	$(CC) -o $@ $(filter %.o,$^) $(LIBAGENT_A) $(LIBCORE) $(LDFLAGS_ALL) \
+		$(PC_LIBS_TOOLS) $(LDLIBS_ALL) -lm
 
 $(LIBAGENT_A): $(AGENT_OBJ)
 	@mkdir -p $(@D)
@@ -181,7 +211,7 @@ $(B)/tests/bench/%: $(B)/tests/bench/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKE
 $(B)/headers/%.ok: % | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@printf '#include "%s"\n' $(abspath $<) > $(@:.ok=.c)
-	$(CC) $(CPPFLAGS) $(CFLAGS_ALL) -fsyntax-only $(@:.ok=.c) && touch $@
+	$(CC) $(CPPFLAGS) $(INC_ALL) $(CFLAGS_ALL) -fsyntax-only $(@:.ok=.c) && touch $@
 
 check-headers: $(HEADERS:%=$(B)/headers/%.ok)
 
@@ -222,7 +252,7 @@ FUZZ_B       := build/fuzz
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS   = -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) $(WARN) $(PC_CFLAGS)
 FUZZ_OPTS    := -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -rss_limit_mb=2048
-FUZZ_WIRE_OBJ := $(patsubst %.c,$(FUZZ_B)/%.o,$(wildcard broker/pd_wire*.c) shm/pd_err.c \
+FUZZ_WIRE_OBJ := $(patsubst %.c,$(FUZZ_B)/%.o,$(wildcard broker/ctrl/pd_wire*.c) shm/pd_err.c \
 		 tests/fuzz/fuzz_wire.c)
 
 $(FUZZ_B)/.clang-ok: | $(DEPS_STAMP)
@@ -233,7 +263,7 @@ $(FUZZ_B)/.clang-ok: | $(DEPS_STAMP)
 
 $(FUZZ_B)/%.o: %.c | $(FUZZ_B)/.clang-ok
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(CPPFLAGS) $(INC_ALL) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_B)/fuzz_wire: $(FUZZ_WIRE_OBJ)
 	$(FUZZ_CC) $(FUZZ_SAN) -o $@ $^ $(PC_LIBS_BROKER)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../broker/pd_wire.h"
+#include "pd_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -118,9 +118,9 @@ static struct ibv_qp *qp_of(struct pd_rdma *r, uint32_t qp)
 {
 	struct ibv_qp *q;
 
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	q = peer_of(r, T_PEER)->qp[qp].qp;
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 	return q;
 }
 
@@ -128,9 +128,9 @@ static struct ibv_cq *cq_of(struct pd_rdma *r)
 {
 	struct ibv_cq *c;
 
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	c = peer_of(r, T_PEER)->cq;
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 	return c;
 }
 
@@ -138,9 +138,9 @@ static struct rdma_cm_id *id_of(struct pd_rdma *r, uint32_t qp)
 {
 	struct rdma_cm_id *id;
 
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	id = peer_of(r, T_PEER)->qp[qp].id;
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 	return id;
 }
 

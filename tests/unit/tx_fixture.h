@@ -29,7 +29,7 @@
 #include <cmocka.h>
 
 #include "pd_compiler.h"
-#include "../../broker/pd_tx.h"
+#include "pd_tx.h"
 
 #define FX_EV_MAX    (1u << 16)
 #define FX_SLOTS     (1u << 14)

@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "../../broker/pd_wire.h"
+#include "pd_wire.h"
 
 #define FX_N(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "pd_err.h"
@@ -94,31 +93,6 @@ int pd_tcp_addr_parse(const char *host, uint16_t port, struct sockaddr_storage *
 		return 0;
 	}
 	return -EINVAL;
-}
-
-/* An eventfd counter cannot overflow at one increment per event, so a
- * failed write means a bad fd: a bug of ours, not a runtime condition. */
-void pd_tcp_efd_signal(int fd)
-{
-	uint64_t one = 1;
-	ssize_t r;
-
-	do
-		r = write(fd, &one, sizeof(one));
-	while (r < 0 && errno == EINTR);
-	PD_ASSERT(r == (ssize_t)sizeof(one) || errno == EAGAIN);
-}
-
-/* Reset a non-blocking eventfd (EAGAIN: already zero). */
-void pd_tcp_efd_drain(int fd)
-{
-	uint64_t v;
-	ssize_t r;
-
-	do
-		r = read(fd, &v, sizeof(v));
-	while (r < 0 && errno == EINTR);
-	PD_ASSERT(r == (ssize_t)sizeof(v) || errno == EAGAIN);
 }
 
 int pd_tcp_sock_tune(int fd)
@@ -218,29 +192,3 @@ int pd_tcp_io_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns,
 	return 0;
 }
 
-int pd_tcp_eventfd(void)
-{
-	return pd_sys_rc(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-}
-
-int pd_tcp_thread_start(pthread_t *thr, void *(*fn)(void *), void *arg)
-{
-	sigset_t all, old;
-	int rc, rc2;
-
-	(void)sigfillset(&all);
-	rc = pd_pthread_rc(pthread_sigmask(SIG_BLOCK, &all, &old));
-	if (rc < 0)
-		return rc;
-	rc = pd_pthread_rc(pthread_create(thr, NULL, fn, arg));
-	rc2 = pthread_sigmask(SIG_SETMASK, &old, NULL);
-	PD_ASSERT(rc2 == 0);
-	return rc;
-}
-
-void pd_tcp_thread_join(pthread_t thr)
-{
-	int rc = pthread_join(thr, NULL);
-
-	PD_ASSERT(rc == 0);
-}

@@ -28,6 +28,7 @@
 #include "pd_log.h"
 #include "pd_shm_layout.h"
 #include "pd_shmx.h"
+#include "pd_sys.h"
 
 struct pd_shmx_peer;
 
@@ -105,19 +106,14 @@ struct pd_shmx {
 
 #define PD_SHMX_STAT_INC(s, n, v) pd_stat_add(&(s)->st.n, (v))
 
-/* Default mutexes and condvars used by the book: a failure is a bug. */
 static inline void pd_shmx_lock(struct pd_shmx *s)
 {
-	int rc = pthread_mutex_lock(&s->lock);
-
-	PD_ASSERT(rc == 0);
+	pd_lock(&s->lock);
 }
 
 static inline void pd_shmx_unlock(struct pd_shmx *s)
 {
-	int rc = pthread_mutex_unlock(&s->lock);
-
-	PD_ASSERT(rc == 0);
+	pd_unlock(&s->lock);
 }
 
 /* pd_shmx.c (the lock held where it says "_locked") */

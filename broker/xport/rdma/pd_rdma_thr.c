@@ -37,7 +37,7 @@ static void cq_drain(struct pd_rdma *r, struct pd_rdma_peer *p)
 			break;
 		}
 		PD_RDMA_STAT_INC(r, wcs, (uint64_t)n);
-		pd_rdma_lock(&p->lock);
+		pd_lock(&p->lock);
 		for (int i = 0; i < n; i++) {
 			int rc = pd_rdma_wc_apply(p, &wc[i], &done);
 
@@ -46,12 +46,12 @@ static void cq_drain(struct pd_rdma *r, struct pd_rdma_peer *p)
 				err = err ? err : rc;
 			}
 		}
-		pd_rdma_unlock(&p->lock);
+		pd_unlock(&p->lock);
 	} while (n == PD_RDMA_WC_BATCH);
-	pd_rdma_lock(&p->lock);
+	pd_lock(&p->lock);
 	if (!err)
 		err = pd_rdma_sched(p);
-	pd_rdma_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	pd_rdma_cq_push(r, &done);
 	if (err)
 		pd_rdma_peer_fail(r, p, err);
@@ -203,9 +203,9 @@ static void reap_failed(struct pd_rdma *r)
 
 		if (!p || p->reaped)
 			continue;
-		pd_rdma_lock(&p->lock);
+		pd_lock(&p->lock);
 		failed = p->failed;
-		pd_rdma_unlock(&p->lock);
+		pd_unlock(&p->lock);
 		if (failed)
 			pd_rdma_peer_reap(r, p);
 	}
@@ -213,22 +213,14 @@ static void reap_failed(struct pd_rdma *r)
 
 /* ---- the thread ------------------------------------------------------------------------------ */
 
-static void efd_drain(int fd)
-{
-	uint64_t v;
-	ssize_t rd = read(fd, &v, sizeof(v));
-
-	(void)rd;
-}
-
 /* One turn under r->lock. @return the next poll timeout, or INT_MIN to stop. */
 static int turn(struct pd_rdma *r)
 {
 	int ms;
 
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	if (r->stopping) {
-		pd_rdma_unlock(&r->lock);
+		pd_unlock(&r->lock);
 		return INT_MIN;
 	}
 	cm_events(r);
@@ -236,7 +228,7 @@ static int turn(struct pd_rdma *r)
 	async_events(r);
 	ms = deadlines(r);
 	reap_failed(r);
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 	return ms;
 }
 
@@ -264,38 +256,27 @@ static void *thread_main(void *arg)
 			r->backoff = 1;
 		}
 		if (pfd[0].revents)
-			efd_drain(r->wake_fd);
+			pd_efd_drain(r->wake_fd);
 	}
 	return NULL;
 }
 
 int pd_rdma_thread_start(struct pd_rdma *r)
 {
-	sigset_t all, old;
-	int rc, rc2;
+	int rc = pd_thread_start(&r->thr, thread_main, r);
 
-	(void)sigfillset(&all);
-	rc = pd_pthread_rc(pthread_sigmask(SIG_BLOCK, &all, &old));
-	if (rc < 0)
-		return rc;
-	rc = pd_pthread_rc(pthread_create(&r->thr, NULL, thread_main, r));
-	rc2 = pthread_sigmask(SIG_SETMASK, &old, NULL);
-	PD_ASSERT(rc2 == 0);
 	r->started = rc == 0;
 	return rc;
 }
 
 void pd_rdma_thread_stop(struct pd_rdma *r)
 {
-	int rc;
-
 	if (!r->started)
 		return;
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	r->stopping = 1;
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 	pd_rdma_wake(r);
-	rc = pthread_join(r->thr, NULL);
-	PD_ASSERT(rc == 0);
+	pd_thread_join(r->thr);
 	r->started = 0;
 }

@@ -12,7 +12,7 @@
 
 #include "pd_err.h"
 #include "pd_shmx_int.h"
-#include "pd_tcp_int.h"
+#include "pd_sys.h"
 
 void pd_shmx_opts_init(struct pd_shmx_opts *o)
 {
@@ -157,7 +157,7 @@ static void threads_stop(struct pd_shmx *s)
 	PD_ASSERT(rc == 0);
 	pd_shmx_unlock(s);
 	while (s->nthr)
-		pd_tcp_thread_join(s->thr[--s->nthr]);
+		pd_thread_join(s->thr[--s->nthr]);
 }
 
 static int threads_start(struct pd_shmx *s)
@@ -168,7 +168,7 @@ static int threads_start(struct pd_shmx *s)
 	if (!s->thr)
 		return -ENOMEM;
 	while (s->nthr < s->o.threads && rc == 0) {
-		rc = pd_tcp_thread_start(&s->thr[s->nthr], worker_main, s);
+		rc = pd_thread_start(&s->thr[s->nthr], worker_main, s);
 		if (rc == 0)
 			s->nthr++;
 	}

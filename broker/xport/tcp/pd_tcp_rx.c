@@ -208,7 +208,7 @@ static void *conn_main(void *arg)
 	/* Release: pairs with the acquire in conns_reap; c may be freed from
 	 * here on, so t was read before. */
 	atomic_store_explicit(&c->done, 1, memory_order_release);
-	pd_tcp_efd_signal(t->reap_fd);
+	pd_efd_signal(t->reap_fd);
 	return NULL;
 }
 
@@ -226,7 +226,7 @@ static void conns_reap(struct pd_tcp *t, int all)
 			pp = &c->next;
 			continue;
 		}
-		pd_tcp_thread_join(c->thr);
+		pd_thread_join(c->thr);
 		*pp = c->next;
 		t->nconns--;
 		free(c);
@@ -243,7 +243,7 @@ static void conn_start(struct pd_tcp *t, int fd)
 		c = calloc(1, sizeof(*c));
 	if (c) {
 		*c = (struct pd_tcp_conn){ .t = t, .fd = fd, .peer = UINT32_MAX };
-		if (pd_tcp_thread_start(&c->thr, conn_main, c) == 0) {
+		if (pd_thread_start(&c->thr, conn_main, c) == 0) {
 			c->next = t->conns;
 			t->conns = c;
 			t->nconns++;
@@ -303,7 +303,7 @@ static void *listener_main(void *arg)
 		if (pfd[1].revents)
 			break;
 		if (pfd[2].revents) {
-			pd_tcp_efd_drain(t->reap_fd);
+			pd_efd_drain(t->reap_fd);
 			conns_reap(t, 0);
 		}
 		if (pfd[0].revents && accept_all(t) < 0)
@@ -363,7 +363,7 @@ int pd_tcp_listen(struct pd_tcp *t, const char *host, uint16_t port)
 		goto out_close;
 	t->lfd = fd;
 	atomic_store_explicit(&t->port, rc, memory_order_relaxed);
-	rc = pd_tcp_thread_start(&t->lthr, listener_main, t);
+	rc = pd_thread_start(&t->lthr, listener_main, t);
 	if (rc < 0)
 		goto out_unlisten;
 	t->lstarted = 1;
@@ -379,9 +379,9 @@ out_close:
 
 void pd_tcp_rx_stop(struct pd_tcp *t)
 {
-	pd_tcp_efd_signal(t->stop_fd);
+	pd_efd_signal(t->stop_fd);
 	if (t->lstarted)
-		pd_tcp_thread_join(t->lthr);
+		pd_thread_join(t->lthr);
 	t->lstarted = 0;
 	conns_reap(t, 1);
 	if (t->lfd >= 0)

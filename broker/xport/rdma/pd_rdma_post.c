@@ -299,9 +299,9 @@ int pd_rdma_post(struct pd_rdma *r, uint32_t peer, const struct pd_rdma_xfer *x,
 		nd->c.cookie = x[i].cookie;
 		nd->c.peer = peer;
 	}
-	pd_rdma_lock(&p->lock);
+	pd_lock(&p->lock);
 	rc = post_accept(p, &f, &failed);
-	pd_rdma_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	if (rc < 0) {
 		pd_rdma_pool_put(r, &f);
 		return rc;

@@ -43,6 +43,7 @@
 #include "pd_cplq.h"
 #include "pd_log.h"
 #include "pd_rdma.h"
+#include "pd_sys.h"
 
 /* ---- the verbs seam ------------------------------------------------------------ */
 
@@ -251,19 +252,6 @@ static inline uint64_t pd_rdma_slot_addr(const struct pd_rdma_remote *rem, uint3
 }
 
 /* Our mutexes are default ones used by the book: a failure is a bug. */
-static inline void pd_rdma_lock(pthread_mutex_t *m)
-{
-	int rc = pthread_mutex_lock(m);
-
-	PD_ASSERT(rc == 0);
-}
-
-static inline void pd_rdma_unlock(pthread_mutex_t *m)
-{
-	int rc = pthread_mutex_unlock(m);
-
-	PD_ASSERT(rc == 0);
-}
 
 /* pd_rdma.c */
 int pd_rdma_pool_get(struct pd_rdma *r, uint32_t n, struct pd_cplq_fifo *out);

@@ -65,10 +65,10 @@ static int fds_open(struct pd_tcp *t)
 {
 	int rc;
 
-	rc = t->stop_fd = pd_tcp_eventfd();
+	rc = t->stop_fd = pd_efd_create();
 	if (rc < 0)
 		return rc;
-	rc = t->reap_fd = pd_tcp_eventfd();
+	rc = t->reap_fd = pd_efd_create();
 	if (rc < 0)
 		goto out_close_stop;
 	return 0;
@@ -155,21 +155,21 @@ int pd_tcp_pool_get(struct pd_tcp *t, uint32_t n, struct pd_cplq_fifo *out)
 {
 	int rc = -EAGAIN;
 
-	pd_tcp_lock(&t->cq_lock);
+	pd_lock(&t->cq_lock);
 	if (t->cq.free.n >= n) {
 		for (uint32_t i = 0; i < n; i++)
 			pd_cplq_fifo_append(out, pd_cplq_fifo_pop(&t->cq.free));
 		rc = 0;
 	}
-	pd_tcp_unlock(&t->cq_lock);
+	pd_unlock(&t->cq_lock);
 	return rc;
 }
 
 void pd_tcp_pool_put(struct pd_tcp *t, struct pd_cplq_fifo *f)
 {
-	pd_tcp_lock(&t->cq_lock);
+	pd_lock(&t->cq_lock);
 	pd_cplq_fifo_splice(&t->cq.free, f);
-	pd_tcp_unlock(&t->cq_lock);
+	pd_unlock(&t->cq_lock);
 }
 
 /* Queue completions (status and kind set). Counted under the lock: a
@@ -188,12 +188,12 @@ void pd_tcp_cq_push(struct pd_tcp *t, struct pd_cplq_fifo *f)
 		else
 			failed++;
 	}
-	pd_tcp_lock(&t->cq_lock);
+	pd_lock(&t->cq_lock);
 	pd_cplq_push_locked(&t->cq, f);
 	PD_TCP_STAT_INC(t, writes_ok, ok);
 	PD_TCP_STAT_INC(t, writes_failed, failed);
 	PD_TCP_STAT_INC(t, peer_failures, peer);
-	pd_tcp_unlock(&t->cq_lock);
+	pd_unlock(&t->cq_lock);
 }
 
 int pd_tcp_poll(struct pd_tcp *t, struct pd_cpl *c, uint32_t max)

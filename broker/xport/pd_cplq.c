@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "pd_cplq.h"
-#include "pd_tcp_int.h"
+#include "pd_sys.h"
 
 /* ---- FIFOs ------------------------------------------------------------------------ */
 
@@ -54,7 +54,7 @@ void pd_cplq_fifo_splice(struct pd_cplq_fifo *dst, struct pd_cplq_fifo *src)
 
 int pd_cplq_init(struct pd_cplq *q, pthread_mutex_t *lock)
 {
-	int fd = pd_tcp_eventfd();
+	int fd = pd_efd_create();
 
 	if (fd < 0)
 		return fd;
@@ -78,7 +78,7 @@ void pd_cplq_push_locked(struct pd_cplq *q, struct pd_cplq_fifo *f)
 		return;
 	pd_cplq_fifo_splice(&q->done, f);
 	if (was_empty)
-		pd_tcp_efd_signal(q->fd);
+		pd_efd_signal(q->fd);
 }
 
 void pd_cplq_add_locked(struct pd_cplq *q, struct pd_cplq_node *n)
@@ -97,7 +97,7 @@ int pd_cplq_poll(struct pd_cplq *q, struct pd_cpl *c, uint32_t max)
 		return -EINVAL;
 	if (max > INT_MAX)
 		max = INT_MAX;
-	pd_tcp_lock(q->lock);
+	pd_lock(q->lock);
 	for (; i < max && q->done.n; i++) {
 		struct pd_cplq_node *n = pd_cplq_fifo_pop(&q->done);
 
@@ -107,7 +107,7 @@ int pd_cplq_poll(struct pd_cplq *q, struct pd_cpl *c, uint32_t max)
 	}
 	/* Readable exactly while done is not empty: reset on the last one. */
 	if (i && !q->done.n)
-		pd_tcp_efd_drain(q->fd);
-	pd_tcp_unlock(q->lock);
+		pd_efd_drain(q->fd);
+	pd_unlock(q->lock);
 	return (int)i;
 }

@@ -41,10 +41,10 @@ static int lane_check(void *arg)
 	struct pd_tcp_peer *p = lc->l->p;
 	int err;
 
-	pd_tcp_efd_drain(lc->l->wake_fd);
-	pd_tcp_lock(&p->lock);
+	pd_efd_drain(lc->l->wake_fd);
+	pd_lock(&p->lock);
 	err = p->err;
-	pd_tcp_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	if (err)
 		lc->aborted = 1;
 	return err;
@@ -112,7 +112,7 @@ static int lane_refill(struct lane_ctx *lc)
 	int was_idle = l->win.n == 0;
 	int err;
 
-	pd_tcp_lock(&p->lock);
+	pd_lock(&p->lock);
 	err = p->err;
 	while (!err && l->win.n < window && l->pending.n) {
 		struct pd_tcp_node *n = pd_tcp_fifo_pop(&l->pending);
@@ -123,7 +123,7 @@ static int lane_refill(struct lane_ctx *lc)
 			l->send_off = 0;
 		}
 	}
-	pd_tcp_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	if (err)
 		lc->aborted = 1;
 	else if (was_idle && l->win.n)
@@ -244,10 +244,10 @@ static void lane_complete(struct pd_tcp_lane *l, struct pd_cplq_fifo *done)
 		bytes += PD_TCP_HDR_SIZE + (uint64_t)n->x.len;
 	l->progress_ns = pd_now_ns();
 	PD_TCP_STAT_INC(p->t, acks_rx, done->n);
-	pd_tcp_lock(&p->lock);
+	pd_lock(&p->lock);
 	p->outstanding -= done->n;
 	l->load -= bytes;
-	pd_tcp_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	pd_tcp_cq_push(p->t, done);
 }
 
@@ -301,7 +301,7 @@ static int lane_wait(struct pd_tcp_lane *l, short *revents)
 	if (rc < 0)
 		return rc == -EINTR ? 0 : rc;
 	if (pfd[1].revents)
-		pd_tcp_efd_drain(l->wake_fd);
+		pd_efd_drain(l->wake_fd);
 	*revents = pfd[0].revents;
 	return 0;
 }
@@ -330,7 +330,7 @@ static int lane_run(struct lane_ctx *lc)
 static void peer_wake(struct pd_tcp_peer *p)
 {
 	for (uint32_t i = 0; i < p->nlanes; i++)
-		pd_tcp_efd_signal(p->lane[i].wake_fd);
+		pd_efd_signal(p->lane[i].wake_fd);
 }
 
 static void fail_all(struct pd_cplq_fifo *f, int err)
@@ -355,7 +355,7 @@ static void lane_close(struct lane_ctx *lc, int rc)
 		(void)close(l->fd);
 	l->fd = -1;
 	l->next_send = NULL;
-	pd_tcp_lock(&p->lock);
+	pd_lock(&p->lock);
 	if (!p->err) {
 		p->err = rc;
 		p->failed = first = 1;
@@ -366,7 +366,7 @@ static void lane_close(struct lane_ctx *lc, int rc)
 	ndead = dead.n;
 	p->outstanding -= ndead;
 	l->load = 0;
-	pd_tcp_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	if (first)
 		peer_wake(p);
 	if (!lc->aborted) {
@@ -375,12 +375,12 @@ static void lane_close(struct lane_ctx *lc, int rc)
 	}
 	fail_all(&dead, err);
 	pd_tcp_cq_push(p->t, &dead);
-	pd_tcp_lock(&p->lock);
+	pd_lock(&p->lock);
 	if (--p->live == 0 && p->failed) {
 		pd_tcp_fifo_append(&pc, p->peer_cpl);
 		p->peer_cpl = NULL;
 	}
-	pd_tcp_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	fail_all(&pc, err);
 	pd_tcp_cq_push(p->t, &pc);
 }
@@ -420,7 +420,7 @@ static int lanes_open(struct pd_tcp_peer *p)
 		struct pd_tcp_lane *l = &p->lane[i];
 
 		*l = (struct pd_tcp_lane){ .p = p, .idx = i, .fd = -1 };
-		l->wake_fd = pd_tcp_eventfd();
+		l->wake_fd = pd_efd_create();
 		if (l->wake_fd < 0) {
 			int rc = l->wake_fd;
 
@@ -493,17 +493,17 @@ static void peer_free(struct pd_tcp_peer *p)
  * no peer completion either way; unstarted: lanes never started. Joins. */
 static void peer_halt(struct pd_tcp_peer *p, int quiet, uint32_t unstarted)
 {
-	pd_tcp_lock(&p->lock);
+	pd_lock(&p->lock);
 	if (!p->err)
 		p->err = -ECONNABORTED;
 	if (quiet)
 		p->failed = 0;
 	p->live -= unstarted;
-	pd_tcp_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	peer_wake(p);
 	for (uint32_t i = 0; i < p->nlanes; i++)
 		if (p->lane[i].started)
-			pd_tcp_thread_join(p->lane[i].thr);
+			pd_thread_join(p->lane[i].thr);
 	PD_ASSERT(p->live == 0 && p->outstanding == 0);
 }
 
@@ -517,7 +517,7 @@ static int peer_start(struct pd_tcp_peer *p)
 
 	p->live = p->nlanes;
 	for (i = 0; i < p->nlanes && rc == 0; i++) {
-		rc = pd_tcp_thread_start(&p->lane[i].thr, lane_main, &p->lane[i]);
+		rc = pd_thread_start(&p->lane[i].thr, lane_main, &p->lane[i]);
 		p->lane[i].started = rc == 0;
 	}
 	if (rc < 0)
@@ -594,14 +594,14 @@ static int post_reserve(struct pd_tcp_peer *p, uint32_t n)
 {
 	int rc = 0;
 
-	pd_tcp_lock(&p->lock);
+	pd_lock(&p->lock);
 	if (p->err)
 		rc = -ENOTCONN;
 	else if (p->outstanding + n > p->t->o.queue_depth)
 		rc = -EAGAIN;
 	else
 		p->outstanding += n;
-	pd_tcp_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	return rc;
 }
 
@@ -644,7 +644,7 @@ static int post_queue(struct pd_tcp_peer *p, struct pd_cplq_fifo *f)
 	struct pd_tcp_node *node;
 	int err;
 
-	pd_tcp_lock(&p->lock);
+	pd_lock(&p->lock);
 	err = p->err;
 	if (err)
 		p->outstanding -= n;
@@ -655,14 +655,14 @@ static int post_queue(struct pd_tcp_peer *p, struct pd_cplq_fifo *f)
 		pd_tcp_fifo_append(&l->pending, node);
 		mask |= 1u << l->idx;
 	}
-	pd_tcp_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	if (err) {
 		pd_tcp_pool_put(p->t, f);
 		return -ENOTCONN;
 	}
 	for (uint32_t i = 0; i < p->nlanes; i++)
 		if (mask & (1u << i))
-			pd_tcp_efd_signal(p->lane[i].wake_fd);
+			pd_efd_signal(p->lane[i].wake_fd);
 	return (int)n;
 }
 
@@ -684,9 +684,9 @@ int pd_tcp_post(struct pd_tcp *t, uint32_t peer, const struct pd_tcp_xfer *x, ui
 		return rc;
 	rc = pd_tcp_pool_get(t, n, &f);
 	if (rc < 0) {
-		pd_tcp_lock(&(*entry)->lock);
+		pd_lock(&(*entry)->lock);
 		(*entry)->outstanding -= n;
-		pd_tcp_unlock(&(*entry)->lock);
+		pd_unlock(&(*entry)->lock);
 		return rc;
 	}
 	post_fill(&f, peer, x);

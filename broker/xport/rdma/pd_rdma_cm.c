@@ -107,11 +107,11 @@ void pd_rdma_peer_fail(struct pd_rdma *r, struct pd_rdma_peer *p, int err)
 {
 	int fresh, failed;
 
-	pd_rdma_lock(&p->lock);
+	pd_lock(&p->lock);
 	fresh = pd_rdma_peer_fail_locked(p, err);
 	failed = (int)p->failed; /* maybe already recorded by a WC, not reaped yet */
 	err = p->err;
-	pd_rdma_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	if (fresh)
 		PD_LOG_RL(WARN, rdma, "peer %u failed: %s", p->id, strerror(-err));
 	if (failed)
@@ -150,14 +150,14 @@ void pd_rdma_peer_reap(struct pd_rdma *r, struct pd_rdma_peer *p)
 		return;
 	p->reaped = 1;
 	p->deadline_ns = 0;
-	pd_rdma_lock(&p->lock);
+	pd_lock(&p->lock);
 	if (!p->err)
 		p->err = -ECONNABORTED; /* requested end: no peer completion */
-	pd_rdma_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	peer_destroy_verbs(r, p);
-	pd_rdma_lock(&p->lock);
+	pd_lock(&p->lock);
 	pd_rdma_peer_collect(p, &done);
-	pd_rdma_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	pd_rdma_cq_push(r, &done);
 }
 
@@ -214,9 +214,9 @@ static int qp_open(struct pd_rdma *r, struct pd_rdma_qp *q)
 	if (rc < 0)
 		return rc;
 	q->qp = q->id->qp;
-	pd_rdma_lock(&q->p->lock);
+	pd_lock(&q->p->lock);
 	q->inl = a.cap.max_inline_data < r->o.max_inline ? a.cap.max_inline_data : r->o.max_inline;
-	pd_rdma_unlock(&q->p->lock);
+	pd_unlock(&q->p->lock);
 	return 0;
 }
 
@@ -251,7 +251,7 @@ static int on_established(struct pd_rdma *r, struct pd_rdma_qp *q)
 	struct pd_rdma_peer *p = q->p;
 	int rc = 0;
 
-	pd_rdma_lock(&p->lock);
+	pd_lock(&p->lock);
 	if (!q->up) {
 		q->up = 1;
 		p->nup++;
@@ -261,7 +261,7 @@ static int on_established(struct pd_rdma *r, struct pd_rdma_qp *q)
 		PD_RDMA_STAT_INC(r, connects, 1);
 		rc = pd_rdma_sched(p);
 	}
-	pd_rdma_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	return rc;
 }
 
@@ -439,13 +439,13 @@ void pd_rdma_conns_close(struct pd_rdma *r)
 
 void pd_rdma_debug_kill_conns(struct pd_rdma *r)
 {
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	for (struct pd_rdma_conn *c = r->conns; c; c = c->next) {
 		if (c->qp)
 			r->v->destroy_qp(c->id);
 		c->qp = NULL;
 	}
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
@@ -519,9 +519,9 @@ int pd_rdma_listen(struct pd_rdma *r, const char *host, uint16_t port)
 		return -EINVAL;
 	if (r->stopped)
 		return -ESHUTDOWN;
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	rc = r->listen_id ? -EBUSY : listen_open(r, &ss);
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 	if (rc == 0)
 		PD_LOG(INFO, rdma, "listening on %s port %d (%s)", host, pd_rdma_port(r), r->dev);
 	return rc;
@@ -670,11 +670,11 @@ int pd_rdma_connect(struct pd_rdma *r, uint32_t peer, const char *host, uint16_t
 	if (rc != 0 || !p)
 		return rc ? rc : -ENOMEM;
 	p->dst = dst;
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	rc = peer_start(r, p);
 	if (rc == 0)
 		r->peers[slot] = p;
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 	if (rc < 0) {
 		peer_free(r, p);
 		return rc;
@@ -691,7 +691,7 @@ static void peer_drain(struct pd_rdma *r, struct pd_rdma_peer *p)
 	struct timespec ts = pd_ns_to_ts(pd_deadline_ms(r->o.connect_timeout_ms));
 	int rc = 0;
 
-	pd_rdma_lock(&p->lock);
+	pd_lock(&p->lock);
 	p->closing = 1;
 	if (!p->err && p->pending.n) {
 		struct pd_rdma_node *n;
@@ -705,7 +705,7 @@ static void peer_drain(struct pd_rdma *r, struct pd_rdma_peer *p)
 	}
 	while (p->inflight && !p->err && rc != ETIMEDOUT)
 		rc = pthread_cond_timedwait(&p->drained, &p->lock, &ts);
-	pd_rdma_unlock(&p->lock);
+	pd_unlock(&p->lock);
 	pd_rdma_cq_push(r, &done);
 }
 
@@ -713,10 +713,10 @@ static void peer_remove(struct pd_rdma *r, uint32_t slot)
 {
 	struct pd_rdma_peer *p = r->peers[slot];
 
-	pd_rdma_lock(&r->lock);
+	pd_lock(&r->lock);
 	pd_rdma_peer_reap(r, p);
 	r->peers[slot] = NULL;
-	pd_rdma_unlock(&r->lock);
+	pd_unlock(&r->lock);
 	peer_free(r, p);
 }
 

@@ -28,6 +28,7 @@
 #include "pd_compiler.h"
 #include "pd_cplq.h"
 #include "pd_log.h"
+#include "pd_sys.h"
 #include "pd_tcp.h"
 
 struct pd_tcp_node {
@@ -146,21 +147,6 @@ struct pd_tcp_wait {
 
 #define PD_TCP_STAT_INC(t, n, v) pd_stat_add(&(t)->st.n, (v))
 
-/* Our mutexes are default ones used by the book: a failure is a bug. */
-static inline void pd_tcp_lock(pthread_mutex_t *m)
-{
-	int rc = pthread_mutex_lock(m);
-
-	PD_ASSERT(rc == 0);
-}
-
-static inline void pd_tcp_unlock(pthread_mutex_t *m)
-{
-	int rc = pthread_mutex_unlock(m);
-
-	PD_ASSERT(rc == 0);
-}
-
 /* pd_tcp.c */
 int pd_tcp_pool_get(struct pd_tcp *t, uint32_t n, struct pd_cplq_fifo *out);
 void pd_tcp_pool_put(struct pd_tcp *t, struct pd_cplq_fifo *f);
@@ -174,15 +160,7 @@ void pd_tcp_peers_stop(struct pd_tcp *t);
 /* pd_tcp_io.c */
 int pd_tcp_addr_parse(const char *host, uint16_t port, struct sockaddr_storage *ss,
 		      socklen_t *len);
-/* A non-blocking, close-on-exec eventfd, or -errno. */
-int pd_tcp_eventfd(void);
-void pd_tcp_efd_signal(int fd);
-void pd_tcp_efd_drain(int fd);
 int pd_tcp_sock_tune(int fd);
-/* Start a data thread with every signal blocked (the broker's main thread
- * handles signals; data threads never run handlers). */
-int pd_tcp_thread_start(pthread_t *thr, void *(*fn)(void *), void *arg);
-void pd_tcp_thread_join(pthread_t thr);
 /* poll() timeout for a deadline: -1 for none (0), 0 once passed. */
 int pd_tcp_wait_ms(uint64_t deadline_ns);
 /* deadline_ns 0: none. 0 when fd is ready; -ETIMEDOUT; -errno from check or poll. */

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "pd_err.h"
@@ -79,34 +78,26 @@ int pd_rdma_pool_get(struct pd_rdma *r, uint32_t n, struct pd_cplq_fifo *out)
 {
 	int rc = -EAGAIN;
 
-	pd_rdma_lock(&r->cq_lock);
+	pd_lock(&r->cq_lock);
 	if (r->cq.free.n >= n) {
 		for (uint32_t i = 0; i < n; i++)
 			pd_cplq_fifo_append(out, pd_cplq_fifo_pop(&r->cq.free));
 		rc = 0;
 	}
-	pd_rdma_unlock(&r->cq_lock);
+	pd_unlock(&r->cq_lock);
 	return rc;
 }
 
 void pd_rdma_pool_put(struct pd_rdma *r, struct pd_cplq_fifo *f)
 {
-	pd_rdma_lock(&r->cq_lock);
+	pd_lock(&r->cq_lock);
 	pd_cplq_fifo_splice(&r->cq.free, f);
-	pd_rdma_unlock(&r->cq_lock);
-}
-
-static void efd_signal(int fd)
-{
-	uint64_t one = 1;
-	ssize_t w = write(fd, &one, sizeof(one));
-
-	(void)w; /* EAGAIN: the counter is already non-zero, the fd readable */
+	pd_unlock(&r->cq_lock);
 }
 
 void pd_rdma_wake(struct pd_rdma *r)
 {
-	efd_signal(r->wake_fd);
+	pd_efd_signal(r->wake_fd);
 }
 
 /* Queue completions (status and kind set); counted under the lock, so a
@@ -127,13 +118,13 @@ void pd_rdma_cq_push(struct pd_rdma *r, struct pd_cplq_fifo *f)
 			failed++;
 		}
 	}
-	pd_rdma_lock(&r->cq_lock);
+	pd_lock(&r->cq_lock);
 	pd_cplq_push_locked(&r->cq, f);
 	PD_RDMA_STAT_INC(r, writes_ok, ok);
 	PD_RDMA_STAT_INC(r, writes_failed, failed);
 	PD_RDMA_STAT_INC(r, bytes_ok, bytes);
 	PD_RDMA_STAT_INC(r, peer_failures, peer);
-	pd_rdma_unlock(&r->cq_lock);
+	pd_unlock(&r->cq_lock);
 }
 
 int pd_rdma_poll(struct pd_rdma *r, struct pd_cpl *c, uint32_t max)
@@ -341,7 +332,7 @@ static int fds_open(struct pd_rdma *r)
 	if (rc < 0)
 		return rc;
 	pool_fill(r);
-	r->wake_fd = pd_sys_rc(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	r->wake_fd = pd_efd_create();
 	if (r->wake_fd < 0) {
 		rc = r->wake_fd;
 		pd_cplq_fini(&r->cq);
