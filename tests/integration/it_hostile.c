@@ -21,37 +21,93 @@ static void still_serves(struct it *t, const char *req)
 	assert_int_equal(pd_recv_release(t->da, req), 0);
 }
 
+/* The control plane's refusal counters, in the order of want[] below. */
+static const char *const ctrl_bad[] = { "ctrl.bad_frames", "ctrl.bad_size", "ctrl.bad_msgpack",
+					"ctrl.bad_schema", "ctrl.bad_peer", "ctrl.bad_state" };
+enum { BAD_FRAMES = 0, BAD_SIZE = 1, BAD_MSGPACK = 2, BAD_SCHEMA = 3, BAD_N = 6 };
+_Static_assert(PD_ARRAY_SIZE(ctrl_bad) == BAD_N, "one want[] entry per counter");
+
+/* Once counter `bumped` reached want[bumped], every counter is exactly
+ * what want[] says: the input was counted once, under its own cause. */
+static void expect_bad_counts(const struct pd_test_broker *b, const uint64_t *want, int bumped)
+{
+	uint64_t v = it_wait_stat(b, ctrl_bad[bumped], want[bumped]);
+
+	if (v != want[bumped])
+		fail_msg("%s is %llu, expected %llu", ctrl_bad[bumped], (unsigned long long)v,
+			 (unsigned long long)want[bumped]);
+	for (int i = 0; i < BAD_N; i++) {
+		v = it_stat(b, ctrl_bad[i]);
+		if (v != want[i])
+			fail_msg("%s is %llu, expected %llu", ctrl_bad[i], (unsigned long long)v,
+				 (unsigned long long)want[i]);
+	}
+}
+
+/* The broker's answer to a refused message: ["", Error] whose text
+ * gives the reason. */
+static void expect_error_reply(void *s, const char *why)
+{
+	char buf[512];
+	int n = zmq_recv(s, buf, sizeof(buf), 0);
+
+	assert_int_equal(n, 0); /* the delimiter */
+	n = zmq_recv(s, buf, sizeof(buf), 0);
+	assert_true(n > 0 && (size_t)n <= sizeof(buf));
+	if (memmem(buf, (size_t)n, why, strlen(why)))
+		return;
+	for (int i = 0; i < n; i++)
+		buf[i] = buf[i] >= ' ' && buf[i] <= '~' ? buf[i] : '.';
+	fail_msg("no \"%s\" in the Error reply (%d bytes: %.*s)", why, n, n, buf);
+}
+
+#define BYTES(lit) lit, sizeof(lit) - 1 /* a literal's bytes, NULs included */
+
 /* Garbage, truncated msgpack, wrong types and a huge count from a raw
- * DEALER: none stops the broker; a valid request right after is served. */
+ * DEALER, then a message of one frame: each refused with an Error reply
+ * that says why, and counted once under its cause; a valid request right
+ * after is served. */
 static void test_garbage_on_the_control_plane(void **state)
 {
-	static const char *const bad[] = {
-		"\xff\xfe\xfd garbage",
-		/* truncated */
-		"\x82\xa4type\xac" "AllocRequ",
+	static const struct {
+		const char *bytes;
+		size_t len;
+		int frames;      /* 2: ["", bytes]; 1: [bytes], no delimiter */
+		int counter;     /* index in ctrl_bad[] */
+		const char *why; /* in the Error reply's text */
+	} bad[] = {
+		/* -1 (a fixint), then bytes after the message */
+		{ BYTES("\xff\xfe\xfd garbage"), 2, BAD_MSGPACK, "trailing bytes" },
+		/* a 12-byte string cut after 9 */
+		{ BYTES("\x82\xa4type\xac" "AllocRequ"), 2, BAD_MSGPACK, "runs past the end" },
 		/* type not a string */
-		"\x81\xa4type\x2a",
-		/* 4097 keys claimed, none there */
-		"\x82\xa4type\xac" "AllocRequest\xa4keys\xdd\x00\x00\x10\x01",
+		{ BYTES("\x81\xa4type\x2a"), 2, BAD_SCHEMA, "'type' is not a string" },
+		/* 4097 keys claimed (array 32 header), none there */
+		{ BYTES("\x82\xa4type\xac" "AllocRequest\xa4keys\xdd\x00\x00\x10\x01"), 2,
+		  BAD_MSGPACK, "more than PD_WIRE_MAX_KEYS" },
 		/* req_id of the wrong type */
-		"\x83\xa4type\xac" "AllocRequest\xa4keys\x91\xa1k\xa6" "req_id\x05",
+		{ BYTES("\x83\xa4type\xac" "AllocRequest\xa4keys\x91\xa1k\xa6" "req_id\x05"), 2,
+		  BAD_SCHEMA, "'req_id' has the wrong type" },
+		{ BYTES("only one frame"), 1, BAD_FRAMES, "got 1 frames" },
 	};
 	struct it *t = it_start(8, 16);
 	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
-	int linger = 0, tmo = 200;
-	char buf[512];
+	int linger = 0, tmo = 3000;
+	uint64_t want[BAD_N] = { 0 };
 
 	(void)state;
 	assert_int_equal(zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)), 0);
 	assert_int_equal(zmq_setsockopt(s, ZMQ_RCVTIMEO, &tmo, sizeof(tmo)), 0);
 	assert_int_equal(zmq_connect(s, t->d.ctrl), 0);
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_true(zmq_send(s, "", 0, ZMQ_SNDMORE) == 0);
-		assert_true(zmq_send(s, bad[i], strlen(bad[i]), 0) > 0);
+	expect_bad_counts(&t->d, want, BAD_FRAMES);
+	for (size_t i = 0; i < PD_ARRAY_SIZE(bad); i++) {
+		if (bad[i].frames == 2)
+			assert_int_equal(zmq_send(s, "", 0, ZMQ_SNDMORE), 0);
+		assert_int_equal(zmq_send(s, bad[i].bytes, bad[i].len, 0), (int)bad[i].len);
+		expect_error_reply(s, bad[i].why);
+		want[bad[i].counter]++;
+		expect_bad_counts(&t->d, want, bad[i].counter);
 	}
-	assert_true(zmq_send(s, "only one frame", 14, 0) > 0);
-	while (zmq_recv(s, buf, sizeof(buf), 0) >= 0)
-		; /* Error replies, if any */
 	(void)zmq_close(s);
 	(void)zmq_ctx_term(ctx);
 	still_serves(t, "after-garbage");
