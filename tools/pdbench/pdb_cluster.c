@@ -65,7 +65,7 @@ static int find_broker_bin(const struct pd_bench_opts *o, char *buf, size_t len)
 		(void)snprintf(buf, len, "%s/pdbroker", dirname(self));
 	}
 	if (access(buf, X_OK) < 0) {
-		fprintf(stderr, "pdbench: cannot run %s: %s%s\n", buf, strerror(errno),
+		(void)fprintf(stderr, "pdbench: cannot run %s: %s%s\n", buf, strerror(errno),
 			o->broker_bin ? "" : " (give --broker-bin)");
 		return -ENOENT;
 	}
@@ -173,7 +173,7 @@ static int broker_start(struct pd_bench_cluster *c, uint32_t i, const char *bin,
 		rc = wait_sock(c, b, stop);
 	}
 	if (rc < 0 && rc != -EINTR) {
-		fprintf(stderr, "pdbench: broker %s did not come up (%s)\n", b->name,
+		(void)fprintf(stderr, "pdbench: broker %s did not come up (%s)\n", b->name,
 			rc == -ECHILD ? "it exited" : "no attach socket after 10 s");
 		pd_bench_cluster_tail(c, i);
 	}
@@ -223,7 +223,7 @@ int pd_bench_cluster_up(struct pd_bench_cluster *c, const struct pd_bench_opts *
 	(void)strcpy(c->rundir, "/tmp/pdbench.XXXXXX");
 	if (!mkdtemp(c->rundir)) {
 		rc = -errno;
-		fprintf(stderr, "pdbench: mkdtemp: %s\n", strerror(-rc));
+		(void)fprintf(stderr, "pdbench: mkdtemp: %s\n", strerror(-rc));
 		c->rundir[0] = '\0';
 		return rc;
 	}
@@ -247,7 +247,7 @@ int pd_bench_cluster_check(struct pd_bench_cluster *c)
 		if (b->pid <= 0 || waitpid(b->pid, &status, WNOHANG) != b->pid)
 			continue;
 		b->pid = 0;
-		fprintf(stderr, "\npdbench: broker %s %s %d\n", b->name,
+		(void)fprintf(stderr, "\npdbench: broker %s %s %d\n", b->name,
 			WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
 			WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 		pd_bench_cluster_tail(c, i);
@@ -275,7 +275,7 @@ void pd_bench_cluster_tail(const struct pd_bench_cluster *c, uint32_t i)
 	(void)fclose(f);
 	if (n == sizeof(buf) - 1 && strchr(buf, '\n'))
 		p = strchr(buf, '\n') + 1; /* from a line's start */
-	fprintf(stderr, "---- tail of %s ----\n%s%s---- end of log ----\n", c->b[i].log, p,
+	(void)fprintf(stderr, "---- tail of %s ----\n%s%s---- end of log ----\n", c->b[i].log, p,
 		n && buf[n - 1] != '\n' ? "\n" : "");
 }
 
@@ -304,7 +304,7 @@ static uint32_t broker_reaped(struct pd_bench_cluster *c, uint32_t i, int status
 	c->b[i].pid = 0;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
-	fprintf(stderr, "pdbench: broker %s %s %d on SIGTERM\n", c->b[i].name,
+	(void)fprintf(stderr, "pdbench: broker %s %s %d on SIGTERM\n", c->b[i].name,
 		WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
 		WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 	pd_bench_cluster_tail(c, i);
@@ -334,7 +334,7 @@ static uint32_t stop_brokers(struct pd_bench_cluster *c)
 	for (uint32_t i = 0; i < n; i++) {
 		if (c->b[i].pid <= 0)
 			continue;
-		fprintf(stderr, "pdbench: broker %s did not stop in 5 s: killed\n", c->b[i].name);
+		(void)fprintf(stderr, "pdbench: broker %s did not stop in 5 s: killed\n", c->b[i].name);
 		(void)kill(c->b[i].pid, SIGKILL);
 		(void)waitpid(c->b[i].pid, &status, 0);
 		c->b[i].pid = 0;
@@ -359,7 +359,7 @@ uint32_t pd_bench_cluster_down(struct pd_bench_cluster *c, int keep)
 		return 0;
 	bad = stop_brokers(c);
 	if (keep)
-		fprintf(stderr, "pdbench: broker logs kept in %s\n", c->rundir);
+		(void)fprintf(stderr, "pdbench: broker logs kept in %s\n", c->rundir);
 	else
 		remove_rundir(c);
 	c->own_rundir = 0;

@@ -66,7 +66,7 @@ static void order(struct coord *c, uint32_t broker, uint32_t rank, struct pd_ben
 	int rc = pd_bench_msg_send(w->fd, m);
 
 	if (rc < 0 && !c->err) {
-		fprintf(stderr, "\npdbench: agent process of broker %s rank %u: %s\n",
+		(void)fprintf(stderr, "\npdbench: agent process of broker %s rank %u: %s\n",
 			c->cl->b[broker].name, rank, pd_strerror(rc));
 		c->err = rc;
 	}
@@ -199,7 +199,7 @@ static void explain(struct coord *c, uint32_t i, uint32_t what)
 
 	if (what == PD_BENCH_OK || what == PD_BENCH_CANCELLED || ++c->explained > 20)
 		return;
-	fprintf(stderr, "\npdbench: request %u %s: %s -> %s, %u chunks per rank; "
+	(void)fprintf(stderr, "\npdbench: request %u %s: %s -> %s, %u chunks per rank; "
 		"prefill ranks done %#llx cancelled %#llx failed %#llx timeout %#llx; decode "
 		"ranks ready %#llx cancelled %#llx failed %#llx stopped %#llx timeout %#llx, "
 		"release failed %#llx; %u chunks differ, %u missing", i, names[what],
@@ -211,14 +211,14 @@ static void explain(struct coord *c, uint32_t i, uint32_t what)
 		(unsigned long long)q->dec_timeout, (unsigned long long)q->rel_bad, q->corrupted,
 		q->missing);
 	if (q->aborted)
-		fprintf(stderr, "; aborted by rank %u %s %u", q->abort_rank,
+		(void)fprintf(stderr, "; aborted by rank %u %s %u", q->abort_rank,
 			q->abort_stage == PD_BENCH_AB_BEFORE ? "declared, before pd_alloc of batch" :
 			q->abort_stage == PD_BENCH_AB_ALLOCATED ? "after pd_alloc of batch" :
 			"after pd_put of batch", q->abort_stage == PD_BENCH_AB_AFTER ?
 			(q->k + c->o->batch - 1) / c->o->batch - 1 : q->abort_batch);
 	if (q->first_err)
-		fprintf(stderr, "; first error %s", pd_strerror(q->first_err));
-	fputc('\n', stderr);
+		(void)fprintf(stderr, "; first error %s", pd_strerror(q->first_err));
+	(void)fputc('\n', stderr);
 }
 
 static void finish(struct coord *c, uint32_t i)
@@ -362,7 +362,7 @@ static int drain(struct coord *c, struct pd_bench_worker *w)
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return 0;
 		if (n != (ssize_t)sizeof(m)) {
-			fprintf(stderr, "\npdbench: agent process of broker %s rank %u %s\n",
+			(void)fprintf(stderr, "\npdbench: agent process of broker %s rank %u %s\n",
 				c->cl->b[w->broker].name, w->rank, n == 0 ? "exited" :
 				"sent a bad message");
 			return -ECHILD;

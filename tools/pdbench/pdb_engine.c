@@ -428,7 +428,7 @@ void pd_bench_engine_run(struct pd_bench_wk *w)
 
 	e.run = calloc(e.cap, sizeof(*e.run));
 	if (!e.run || pd_bench_stage_init(&e.st, w->env->o->batch) < 0) {
-		fprintf(stderr, "pdbench: %s rank %" PRIu32 ": no memory for the engine\n",
+		(void)fprintf(stderr, "pdbench: %s rank %" PRIu32 ": no memory for the engine\n",
 			w->env->c->b[w->broker].name, w->rank);
 		free(e.run);
 		return;
@@ -446,7 +446,7 @@ void pd_bench_engine_run(struct pd_bench_wk *w)
 			idle(&e);
 	}
 	if (e.stray)
-		fprintf(stderr, "pdbench: %s rank %" PRIu32 ": %" PRIu64 " events of no request\n",
+		(void)fprintf(stderr, "pdbench: %s rank %" PRIu32 ": %" PRIu64 " events of no request\n",
 			w->env->c->b[w->broker].name, w->rank, e.stray);
 	pd_bench_stage_fini(&e.st);
 	free(e.run);

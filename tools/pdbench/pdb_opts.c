@@ -14,7 +14,7 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
+	(void)fprintf(f,
 "Usage: pdbench --local [options]\n"
 "       pdbench --prefill-name A[,B..] --decode-name C[,D..] --decode-ctrl EP[,..] [options]\n"
 "\n"
@@ -118,9 +118,9 @@ static void usage(FILE *f)
 
 static int bad(const char *flag, const char *what, const char *arg)
 {
-	fprintf(stderr, "pdbench: %s: %s%s%s%s\n", flag, what, arg ? " (got '" : "",
+	(void)fprintf(stderr, "pdbench: %s: %s%s%s%s\n", flag, what, arg ? " (got '" : "",
 		arg ? arg : "", arg ? "')" : "");
-	fprintf(stderr, "Try 'pdbench --help'.\n");
+	(void)fprintf(stderr, "Try 'pdbench --help'.\n");
 	return 2;
 }
 

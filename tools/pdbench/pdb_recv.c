@@ -117,11 +117,11 @@ static void tell(const struct rcv *r, const char *key, uint32_t want, uint32_t l
 
 	if (atomic_fetch_add(&told, 1) >= 5)
 		return;
-	fprintf(stderr, "\npdbench: chunk %s: length %u (expected %u), first wrong byte at "
+	(void)fprintf(stderr, "\npdbench: chunk %s: length %u (expected %u), first wrong byte at "
 		"offset %u", key, len, want, off);
 	if (off == 0 && whose(r->w->env, r->req, p, len, &q, &k, &c) == 0)
-		fprintf(stderr, "; it holds the bytes of request %u rank %u chunk %u", q, k, c);
-	fputc('\n', stderr);
+		(void)fprintf(stderr, "; it holds the bytes of request %u rank %u chunk %u", q, k, c);
+	(void)fputc('\n', stderr);
 }
 
 /* Check every chunk of this rank. */

@@ -26,14 +26,14 @@ void pd_bench_progress(const struct pd_bench_opts *o, const struct pd_bench_resu
 		return;
 	if (final) {
 		if (drawn && tty)
-			fputc('\n', stderr);
+			(void)fputc('\n', stderr);
 		return;
 	}
 	if (seconds - last < (tty ? 0.2 : 2.0))
 		return;
 	last = seconds;
 	drawn = 1;
-	fprintf(stderr, "%s%" PRIu32 "/%" PRIu32 " done, %" PRIu32 " ok, %" PRIu32 " failed, %"
+	(void)fprintf(stderr, "%s%" PRIu32 "/%" PRIu32 " done, %" PRIu32 " ok, %" PRIu32 " failed, %"
 		PRIu32 " cancelled, %.2f GB/s%s", tty ? "\r" : "", done, r->requests, r->ok,
 		r->failed, r->cancelled, gbps(r->bytes, seconds), tty ? "   " : "\n");
 }
@@ -136,54 +136,56 @@ void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result
 
 static void json_str(FILE *f, const char *s)
 {
-	fputc('"', f);
+	(void)fputc('"', f);
 	for (; *s; s++) {
 		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
+			(void)fprintf(f, "\\%c", *s);
 		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", (unsigned)*s);
+			(void)fprintf(f, "\\u%04x", (unsigned)*s);
 		else
-			fputc(*s, f);
+			(void)fputc(*s, f);
 	}
-	fputc('"', f);
+	(void)fputc('"', f);
 }
 
+/* A failed write leaves f's error indicator set: pd_bench_report_json checks it. */
 static void json_body(FILE *f, const struct pd_bench_opts *o, const struct pd_bench_result *r)
 {
-	fprintf(f, "{\n  \"requests\": %" PRIu32 ",\n  \"requests_ok\": %" PRIu32
+	(void)fprintf(f, "{\n  \"requests\": %" PRIu32 ",\n  \"requests_ok\": %" PRIu32
 		",\n  \"requests_failed\": %" PRIu32 ",\n  \"requests_cancelled\": %" PRIu32
 		",\n  \"bytes\": %" PRIu64 ",\n  \"seconds\": %.6f,\n  \"gb_per_s\": %.6f,\n",
 		r->requests, r->ok, r->failed, r->cancelled, r->bytes, r->seconds,
 		gbps(r->bytes, r->seconds));
-	fprintf(f, "  \"lat_p50_ms\": %.6f,\n  \"lat_p99_ms\": %.6f,\n  \"admit_wait_p50_ms\": %.6f,"
+	(void)fprintf(f, "  \"lat_p50_ms\": %.6f,\n  \"lat_p99_ms\": %.6f,\n  \"admit_wait_p50_ms\": %.6f,"
 		"\n  \"admit_wait_p99_ms\": %.6f,\n", lat_ms(r, 0.50), lat_ms(r, 0.99),
 		(double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
-	fprintf(f, "  \"sender_admit_p50_ms\": %.6f,\n  \"sender_admit_p99_ms\": %.6f,\n"
+	(void)fprintf(f, "  \"sender_admit_p50_ms\": %.6f,\n  \"sender_admit_p99_ms\": %.6f,\n"
 		"  \"sender_admit_samples\": %" PRIu32 ",\n  \"alloc_deferred\": %" PRIu64 ",\n",
 		sadmit_ms(r, 0.50), sadmit_ms(r, 0.99), r->nsadmit, r->deferred);
-	fprintf(f, "  \"engine_steps\": %" PRIu64 ",\n  \"engine_sleeps\": %" PRIu64
+	(void)fprintf(f, "  \"engine_steps\": %" PRIu64 ",\n  \"engine_sleeps\": %" PRIu64
 		",\n  \"engine_fd_wakeups\": %" PRIu64 ",\n", r->steps, r->sleeps, r->fd_wakes);
-	fprintf(f, "  \"reserved_left\": %" PRIu64 ",\n  \"waiting_left\": %" PRIu64 ",\n",
+	(void)fprintf(f, "  \"reserved_left\": %" PRIu64 ",\n  \"waiting_left\": %" PRIu64 ",\n",
 		r->reserved_left, r->waiting_left);
-	fprintf(f, "  \"moved_tcp_bytes\": %" PRIu64 ",\n  \"moved_shm_bytes\": %" PRIu64
+	(void)fprintf(f, "  \"moved_tcp_bytes\": %" PRIu64 ",\n  \"moved_shm_bytes\": %" PRIu64
 		",\n  \"moved_rdma_bytes\": %" PRIu64 ",\n", r->moved.tcp, r->moved.shm,
 		r->moved.rdma);
-	fprintf(f, "  \"lost\": %" PRIu32 ",\n  \"corrupted\": %" PRIu32 ",\n  \"corrupted_chunks\": %"
-		PRIu64 ",\n  \"leaked_slots\": %" PRIu64 ",\n  \"leaks_checked\": %s,\n  \"leaks_counted\": %s,\n"
-		"  \"interrupted\": %s,\n  \"bad_exits\": %" PRIu32 ",\n", r->lost, r->corrupted, r->corrupted_chunks,
-		r->leaked_slots, r->leaks_checked ? "true" : "false", r->leaks_counted ? "true" : "false",
-		r->interrupted ? "true" : "false", r->bad_exits);
-	fprintf(f, "  \"engine\": \"%s\",\n  \"decode_hold_ms\": %" PRIu32 ",\n",
+	(void)fprintf(f, "  \"lost\": %" PRIu32 ",\n  \"corrupted\": %" PRIu32
+		",\n  \"corrupted_chunks\": %" PRIu64 ",\n  \"leaked_slots\": %" PRIu64
+		",\n  \"leaks_checked\": %s,\n  \"leaks_counted\": %s,\n"
+		"  \"interrupted\": %s,\n  \"bad_exits\": %" PRIu32 ",\n", r->lost, r->corrupted,
+		r->corrupted_chunks, r->leaked_slots, r->leaks_checked ? "true" : "false",
+		r->leaks_counted ? "true" : "false", r->interrupted ? "true" : "false", r->bad_exits);
+	(void)fprintf(f, "  \"engine\": \"%s\",\n  \"decode_hold_ms\": %" PRIu32 ",\n",
 		engine_name(o), o->decode_hold_ms);
-	fprintf(f, "  \"local\": %s,\n  \"prefill\": %" PRIu32 ",\n  \"decode\": %" PRIu32
+	(void)fprintf(f, "  \"local\": %s,\n  \"prefill\": %" PRIu32 ",\n  \"decode\": %" PRIu32
 		",\n  \"tp\": %" PRIu32 ",\n  \"transport\": ", o->local ? "true" : "false",
 		o->nprefill, o->ndecode, o->tp);
 	json_str(f, o->local ? o->transport : "");
-	fprintf(f, ",\n  \"chunks\": %" PRIu32 ",\n  \"chunks_min\": %" PRIu32 ",\n  \"chunks_max\": %"
-		PRIu32 ",\n  \"batch\": %" PRIu32 ",\n  \"slot_size\": %" PRIu64
+	(void)fprintf(f, ",\n  \"chunks\": %" PRIu32 ",\n  \"chunks_min\": %" PRIu32
+		",\n  \"chunks_max\": %" PRIu32 ",\n  \"batch\": %" PRIu32 ",\n  \"slot_size\": %" PRIu64
 		",\n  \"recv_slots\": %" PRIu32 ",\n  \"send_slots\": %" PRIu32, o->chunks_max,
 		o->chunks_min, o->chunks_max, o->batch, o->slot_size, o->recv_slots, o->send_slots);
-	fprintf(f, ",\n  \"concurrency\": %" PRIu32 ",\n  \"abort_rate\": %.6f,\n  \"partial\": %s,"
+	(void)fprintf(f, ",\n  \"concurrency\": %" PRIu32 ",\n  \"abort_rate\": %.6f,\n  \"partial\": %s,"
 		"\n  \"seed\": %" PRIu64 ",\n  \"timeout_s\": %" PRIu32 "\n}\n", o->concurrency,
 		o->abort_rate, o->partial ? "true" : "false", o->seed, o->timeout_s);
 }
@@ -196,7 +198,7 @@ int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *
 
 	if (!f) {
 		rc = -errno;
-		fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
+		(void)fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
 		return rc;
 	}
 	json_body(f, o, r);
@@ -204,7 +206,7 @@ int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *
 	if (fclose(f) != 0 && rc == 0)
 		rc = -errno;
 	if (rc < 0)
-		fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
+		(void)fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
 	return rc;
 }
 

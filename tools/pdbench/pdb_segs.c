@@ -35,7 +35,7 @@ static int seg_open(const struct pd_bench_broker *b, struct pd_shm *shm, int qui
 			pd_segment_destroy(&seg);
 	}
 	if (rc < 0 && !quiet)
-		fprintf(stderr, "pdbench: broker %s: cannot read its segment: %s%s%s\n", b->name,
+		(void)fprintf(stderr, "pdbench: broker %s: cannot read its segment: %s%s%s\n", b->name,
 			err, err[0] ? ": " : "", pd_strerror(rc));
 	return rc;
 }
@@ -48,7 +48,7 @@ static int probe_one(struct pd_bench_broker *b, const struct pd_shm *s,
 	const struct pd_pool *p = b->decode ? &s->recv : &s->send;
 
 	if (!(b->decode ? s->has_recv : s->has_send)) {
-		fprintf(stderr, "pdbench: broker %s has no %s slots\n", b->name,
+		(void)fprintf(stderr, "pdbench: broker %s has no %s slots\n", b->name,
 			b->decode ? "receive" : "send");
 		return -EINVAL;
 	}
@@ -59,13 +59,13 @@ static int probe_one(struct pd_bench_broker *b, const struct pd_shm *s,
 	if (!o->local && !b->decode && p->nslots < *nsend)
 		*nsend = p->nslots;
 	if (b->decode && (uint64_t)o->chunks_max * o->tp > p->nslots) {
-		fprintf(stderr, "pdbench: --chunks: a request needs %" PRIu64 " receive slots; "
+		(void)fprintf(stderr, "pdbench: --chunks: a request needs %" PRIu64 " receive slots; "
 			"broker %s has %" PRIu32 "\n", (uint64_t)o->chunks_max * o->tp, b->name,
 			p->nslots);
 		return -EINVAL;
 	}
 	if (!b->decode && (o->batch < o->chunks_max ? o->batch : o->chunks_max) > p->nslots) {
-		fprintf(stderr, "pdbench: --batch: larger than the %" PRIu32
+		(void)fprintf(stderr, "pdbench: --batch: larger than the %" PRIu32
 			" send slots of broker %s\n", p->nslots, b->name);
 		return -EINVAL;
 	}
@@ -94,7 +94,7 @@ int pd_bench_cluster_probe(struct pd_bench_cluster *c, struct pd_bench_opts *o)
 	if (rc < 0)
 		return rc;
 	if (o->slot_size_set && o->slot_size > chunk) {
-		fprintf(stderr, "pdbench: --slot-size: larger than the brokers' slots (%" PRIu64
+		(void)fprintf(stderr, "pdbench: --slot-size: larger than the brokers' slots (%" PRIu64
 			")\n", chunk);
 		return -EINVAL;
 	}
@@ -131,7 +131,7 @@ uint64_t pd_bench_cluster_leaks(const struct pd_bench_cluster *c, uint32_t wait_
 		while ((n = in_use(&s)) != 0 && pd_now_ns() < deadline)
 			nap_ms(20);
 		if (n)
-			fprintf(stderr, "pdbench: broker %s: %" PRIu64 " slots still in use\n",
+			(void)fprintf(stderr, "pdbench: broker %s: %" PRIu64 " slots still in use\n",
 				c->b[i].name, n);
 		total += n;
 		pd_layout_close(&s);

@@ -214,7 +214,7 @@ static void wk_serve(struct pd_bench_wk *w)
 		(void)pthread_join(t[i], NULL);
 	free(t);
 	if (w->stray_events)
-		fprintf(stderr, "pdbench: %s rank %" PRIu32 ": %" PRIu64 " events of no request\n",
+		(void)fprintf(stderr, "pdbench: %s rank %" PRIu32 ": %" PRIu64 " events of no request\n",
 			w->env->c->b[w->broker].name, w->rank, w->stray_events);
 }
 
@@ -293,7 +293,7 @@ static int wait_ready(struct pd_bench_worker *w, uint32_t n, const volatile sig_
 			continue;
 		}
 		rc = rc == 1 ? m.status : rc == 0 ? -ECHILD : rc;
-		fprintf(stderr, "pdbench: agent process (broker index %" PRIu32 ", rank %" PRIu32
+		(void)fprintf(stderr, "pdbench: agent process (broker index %" PRIu32 ", rank %" PRIu32
 			") could not attach: %s\n", w[i].broker, w[i].rank, pd_strerror(rc));
 		return rc < 0 ? rc : -EPROTO;
 	}
@@ -313,7 +313,7 @@ int pd_bench_workers_start(struct pd_bench_worker *w, uint32_t n,
 		pid_t pid = worker_fork(env, w, i);
 
 		if (pid < 0) {
-			fprintf(stderr, "pdbench: fork: %s\n", strerror((int)-pid));
+			(void)fprintf(stderr, "pdbench: fork: %s\n", strerror((int)-pid));
 			return (int)pid;
 		}
 		w[i].pid = pid;
@@ -325,7 +325,7 @@ int pd_bench_workers_start(struct pd_bench_worker *w, uint32_t n,
 static void reap(struct pd_bench_worker *w, int status, uint32_t *bad, int killed)
 {
 	if (!killed && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
-		fprintf(stderr, "pdbench: agent process %d (broker index %" PRIu32 ", rank %" PRIu32
+		(void)fprintf(stderr, "pdbench: agent process %d (broker index %" PRIu32 ", rank %" PRIu32
 			") %s %d\n", (int)w->pid, w->broker, w->rank,
 			WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
 			WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
@@ -362,7 +362,7 @@ uint32_t pd_bench_workers_stop(struct pd_bench_worker *w, uint32_t n, int kill_n
 	} while (left && pd_now_ns() < deadline);
 	for (uint32_t i = 0; i < n; i++) {
 		if (w[i].pid > 0) {
-			fprintf(stderr, "pdbench: agent process %d did not quit: killed\n",
+			(void)fprintf(stderr, "pdbench: agent process %d did not quit: killed\n",
 				(int)w[i].pid);
 			(void)kill(w[i].pid, SIGKILL);
 			(void)waitpid(w[i].pid, &status, 0);
