@@ -100,7 +100,7 @@ void pdctl_err(const char *fmt, ...)
 	for (char *p = buf; *p; p++) /* one line, whatever the broker sent */
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			*p = '?';
-	fprintf(stderr, "pdctl: %s\n", buf);
+	(void)fprintf(stderr, "pdctl: %s\n", buf);
 }
 
 int pdctl_flush(int code)
@@ -156,7 +156,7 @@ static int set_option(struct pdctl_opts *o, int id, const char *opt, const char 
 	case OPT_STATE: o->state = val; return 0;
 	case OPT_COUNT: return parse_u32(opt, val, 1, UINT32_MAX, &o->count);
 	case OPT_INTERVAL: return parse_u32(opt, val, 10, 3600000, &o->interval_ms);
-	case OPT_HELP: fputs(usage_text, stdout); return 1;
+	case OPT_HELP: (void)fputs(usage_text, stdout); return 1;
 	case OPT_VERSION: printf("pdctl %s\n", PD_VERSION_STRING); return 1;
 	default: return -EINVAL;
 	}
@@ -273,7 +273,7 @@ int main(int argc, char **argv)
 	if (rc > 0)
 		return pdctl_flush(PDCTL_EXIT_OK); /* --help, --version */
 	if (rc == 0 && o.cmd && strcmp(o.cmd, "help") == 0 && o.nargs == 0) {
-		fputs(usage_text, stdout);
+		(void)fputs(usage_text, stdout);
 		return pdctl_flush(PDCTL_EXIT_OK);
 	}
 	if (rc == 0)
