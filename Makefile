@@ -52,8 +52,9 @@ CPPFLAGS += -D_GNU_SOURCE
 # Each folder sees only the headers of the layers below it, so the compiler
 # holds the layering: tools -> agent -> shm, broker -> shm; inside broker/,
 # engine/ (pure state machines), config/, local/ (loop, attach, agent rings)
-# and xport/ (the transports) see none of each other, ctrl/ sees local/'s
-# loop, and broker/ itself (the daemon that wires them) sees them all.
+# and xport/ (the transports) see none of each other (config/ only the
+# transports' ids), ctrl/ sees local/'s loop, and broker/ itself (the daemon
+# that wires them) sees them all.
 INC_CORE   := -Iinclude -Ishm
 INC_XPORT  := $(INC_CORE) -Ibroker/xport
 BROKER_DIRS := broker broker/config broker/ctrl broker/engine broker/local broker/xport \
@@ -65,7 +66,7 @@ $(B)/shm/%.o:              INC = $(INC_CORE)
 $(B)/agent/%.o:            INC = $(INC_CORE) -Iagent
 $(B)/broker/%.o:           INC = $(INC_BROKER)
 $(B)/broker/engine/%.o:    INC = $(INC_CORE) -Ibroker/engine
-$(B)/broker/config/%.o:    INC = $(INC_CORE) -Ibroker/config
+$(B)/broker/config/%.o:    INC = $(INC_CORE) -Ibroker/xport -Ibroker/config
 $(B)/broker/local/%.o:     INC = $(INC_CORE) -Ibroker/local
 $(B)/broker/ctrl/%.o:      INC = $(INC_CORE) -Ibroker/local -Ibroker/ctrl
 $(B)/broker/xport/%.o:     INC = $(INC_XPORT)

@@ -57,8 +57,7 @@ static void on_tick(void *ctx)
 	if (b->tx)
 		(void)pd_tx_tick(b->tx, now);
 	pd_ctrl_tick(b->ctrl, now);
-	if (b->shmx)
-		(void)pd_shmx_check(b->shmx); /* a peer's segment gone: it failed */
+	broker_xport_tick(b); /* a peer gone unannounced (shm: its segment) fails */
 	pd_admin_tick(b->admin, now);
 	broker_stats_publish(b);
 	if (b->stopping)
@@ -175,72 +174,19 @@ static int make_engines(struct pd_broker *b)
 	return rc;
 }
 
-/* "HOST:PORT" -> host, port ("*" and 0: any free port). */
-static int split_hostport(const char *s, char *host, size_t hlen, uint16_t *port)
-{
-	const char *colon = strrchr(s, ':');
-	unsigned long p = 0;
-	char *end = NULL;
-
-	if (!colon || (size_t)(colon - s) >= hlen)
-		return -EINVAL;
-	if (strcmp(colon + 1, "*")) {
-		p = strtoul(colon + 1, &end, 10);
-		if (*end || p > 65535)
-			return -EINVAL;
-	}
-	memcpy(host, s, (size_t)(colon - s));
-	host[colon - s] = '\0';
-	*port = (uint16_t)p;
-	return 0;
-}
-
-static int make_tcp(struct pd_broker *b, char *addr, size_t alen, char *err, size_t errlen)
-{
-	struct pd_tcp_opts o;
-	char host[256];
-	uint16_t port;
-	int rc;
-
-	pd_tcp_opts_init(&o);
-	o.ops = &pd_broker_tcp_ops;
-	o.ctx = b;
-	o.lanes = b->cfg.data_threads;
-	if (b->cfg.send_slots > o.queue_depth)
-		o.queue_depth = b->cfg.send_slots;
-	if (b->cfg.slot_size > o.max_frame)
-		o.max_frame = (uint32_t)b->cfg.slot_size;
-	rc = pd_tcp_create(&o, &b->tcp);
-	if (rc == 0)
-		rc = pd_loop_add(b->loop, pd_tcp_event_fd(b->tcp), EPOLLIN, broker_tcp_drain, b);
-	if (rc < 0 || !b->shm.has_recv)
-		return rc;
-	rc = split_hostport(b->cfg.data, host, sizeof(host), &port);
-	if (rc == 0)
-		rc = pd_tcp_listen(b->tcp, host, port);
-	if (rc < 0) {
-		pd_err_set(err, errlen, "--data %s: %s", b->cfg.data, pd_strerror(rc));
-		return rc;
-	}
-	(void)snprintf(addr, alen, "%s:%d", strcmp(host, "0.0.0.0") ? host : "127.0.0.1",
-		       pd_tcp_port(b->tcp));
-	return 0;
-}
-
-static int make_ctrl(struct pd_broker *b, const char *addr, char *err, size_t errlen)
+static int make_ctrl(struct pd_broker *b, char *err, size_t errlen)
 {
 	struct pd_ctrl_opts o = { .loop = b->loop, .ops = &pd_broker_ctrl_ops, .ctx = b,
 				  .bind = b->cfg.ctrl, .proxy = b->cfg.proxy,
 				  .name = b->cfg.name, .host_id = b->host_id, .epoch = b->epoch,
 				  .slot_size = b->cfg.slot_size, .recv_slots = b->cfg.recv_slots,
 				  .heartbeat_ns = b->cfg.heartbeat_ns };
-	struct pd_rdma_local l;
 	int rc;
 
-	o.nxports = broker_hello_xports(b, addr, o.xport, o.addr);
-	if (b->rdma_addr[0] && pd_rdma_local_info(b->rdma, &l) == 0) {
-		o.rdma_rkey = l.rkey; /* with "rdma" offered: the recv arena's key and base */
-		o.rdma_base = l.base;
+	o.nxports = broker_hello_xports(b, o.xport, o.addr);
+	if (b->offer[PD_XPORT_RDMA].addr[0]) { /* "rdma" offered: the recv arena's key and base */
+		o.rdma_rkey = b->offer[PD_XPORT_RDMA].rdma_rkey;
+		o.rdma_base = b->offer[PD_XPORT_RDMA].rdma_base;
 	}
 	rc = pd_ctrl_create(&o, &b->ctrl);
 
@@ -269,8 +215,8 @@ static int resolve_group(struct pd_broker *b, char *err, size_t errlen)
 	return 0;
 }
 
-/* Transports are chosen per peer (pd_shmx_broker.c); rdma is set up once
- * the segment is (pd_rdma_broker.c): here, what they all count into. */
+/* Transports are set up and chosen per peer in pd_broker_xport.c: here,
+ * what they all count into. */
 static int pick_transport(struct pd_broker *b)
 {
 	b->acct = calloc(MAX_TOKENS, sizeof(*b->acct));
@@ -294,7 +240,6 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 {
 	struct pd_broker *b;
 	struct timespec now;
-	char addr[300] = "";
 	int rc;
 
 	if (!cfg || !out)
@@ -322,24 +267,20 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	if (rc == 0)
 		rc = make_engines(b);
 	if (rc == 0)
-		rc = make_tcp(b, addr, sizeof(addr), err, errlen);
-	if (rc == 0)
 		rc = broker_xport_init(b, err, errlen);
 	if (rc == 0)
-		rc = broker_rdma_init(b, err, errlen);
-	if (rc == 0)
-		rc = make_ctrl(b, addr, err, errlen);
+		rc = make_ctrl(b, err, errlen);
 	if (rc == 0)
 		rc = make_admin(b, err, errlen);
 	if (rc < 0) {
 		pd_broker_destroy(b);
 		return rc;
 	}
-	(void)snprintf(b->data_addr, sizeof(b->data_addr), "%s", addr);
+	(void)snprintf(b->data_addr, sizeof(b->data_addr), "%s", b->offer[PD_XPORT_TCP].addr);
 	broker_stats_publish(b);
 	pd_segment_publish(&b->shm.seg);
 	PD_LOG(INFO, ctl, "broker %s ready: ctrl %s, data %s, epoch %llu", b->cfg.name,
-	       pd_ctrl_endpoint(b->ctrl), addr, (unsigned long long)b->epoch);
+	       pd_ctrl_endpoint(b->ctrl), b->data_addr, (unsigned long long)b->epoch);
 	*out = b;
 	return 0;
 }
@@ -360,12 +301,7 @@ void pd_broker_destroy(struct pd_broker *b)
 	pd_admin_destroy(b->admin);
 	pd_ctrl_goodbye(b->ctrl);
 	pd_ctrl_destroy(b->ctrl);
-	if (b->tcp) {
-		pd_loop_del(b->loop, pd_tcp_event_fd(b->tcp));
-		pd_tcp_destroy(b->tcp); /* joins the data threads: no write lands after */
-	}
-	broker_rdma_fini(b); /* QPs and MRs gone before the arenas are unmapped */
-	broker_xport_fini(b); /* shm copies end (joined) before the staging goes */
+	broker_xport_fini(b); /* threads joined, QPs gone: nothing lands, nothing is read */
 	pd_tx_destroy(b->tx);
 	pd_rx_destroy(b->rx);
 	pd_agents_destroy(b->agents);

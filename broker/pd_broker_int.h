@@ -11,12 +11,10 @@
 #include "pd_ctrl.h"
 #include "pd_layout.h"
 #include "pd_loop.h"
-#include "pd_rdma.h"
 #include "pd_rx.h"
-#include "pd_shmx.h"
-#include "pd_tcp.h"
 #include "pd_tree.h"
 #include "pd_tx.h"
+#include "pd_xport.h"
 
 #define BROKER_OWNER 0u       /* pool owner id of slots the broker holds */
 #define MAX_TOKENS   1024u    /* peer ids with a data token (and per-peer tables) */
@@ -38,7 +36,7 @@ struct waiter {
 	uint8_t req[PD_REQ_ID_MAX];
 };
 
-/* Outstanding TCP writes of one batch. */
+/* Outstanding writes of one batch (any transport). */
 struct wbatch {
 	RB_ENTRY(wbatch) node;
 	uint64_t seq;
@@ -52,15 +50,16 @@ struct peer_xport {
 	uint32_t send;                /* PD_XPORT_* + 1 we write to it with; 0: none chosen */
 	int32_t refused;              /* < 0: --require not met, its batches fail with this */
 	uint32_t recv;                /* PD_XPORT_* + 1 of its last PutDone to us; 0: none yet */
-	uint32_t shm_in;              /* may write our arena directly (same host, shm offered) */
+	uint32_t admitted;            /* bit per transport it may write our arena through
+				       * unseen, without a connection (shm: same host) */
 	uint32_t chosen;              /* send (or none) was chosen for this session */
 	char why[96];                 /* why send (or the refusal); kept to log changes only */
-	/* rdma, sending (pd_rdma_broker.c): the connection of this session. */
-	uint32_t rdma_conn;           /* its pd_rdma peer id (RDMA_CONN), 0: none */
-	uint32_t rdma_wrote;          /* a write of it completed */
-	uint64_t rdma_epoch;          /* the peer's epoch it was made for */
-	uint64_t rdma_bad_epoch;      /* an epoch of the peer whose connection failed unused */
-	int32_t rdma_bad_err;         /* with this (kept across sessions; 0: none) */
+};
+
+/* A transport's completions, drained by the loop. */
+struct xdrain {
+	struct pd_broker *b;
+	struct pd_xport *x;
 };
 
 /* Lengths of a batch held for admission, until the receiver answers it. */
@@ -90,21 +89,22 @@ struct pd_broker {
 	struct pd_rx *rx;
 	struct pd_tx *tx;
 	struct pd_ctrl *ctrl;
-	struct pd_tcp *tcp;
-	struct pd_shmx *shmx;         /* shm writes to same-host peers; NULL: not configured */
-	struct pd_rdma *rdma;         /* RDMA writes and listener; NULL: not configured or failed */
-	char rdma_addr[80];           /* our RDMA listener "ip:port" (Hello), "" when none */
-	char rdma_why[80];            /* why RDMA could not be set up, "" otherwise */
-	uint32_t rdma_gen;            /* generation of the last RDMA connection made */
+	/* The data transports (pd_broker_xport.c), by id: NULL when not
+	 * configured or not set up (then xwhy says why). */
+	struct pd_xport *xp[PD_XPORT_MAX];
+	struct pd_xport_offer offer[PD_XPORT_MAX]; /* our Hello entries */
+	char xwhy[PD_XPORT_MAX][PD_XPORT_WHY_MAX];
+	struct xdrain xdrain[PD_XPORT_MAX];
 	LIST_HEAD(, waiter) waiters;
 	struct wb_tree wbatches;
 	/* Data threads read these (claim, accept_peer): atomics and a lock. */
 	_Atomic uint32_t *grant;      /* per recv slot: peer + 1 while granted, unwritten */
 	pthread_mutex_t tok_lock;
 	uint64_t token[MAX_TOKENS];   /* per peer id: the token its lanes present */
-	/* Per peer id: RDMA QPs of it were accepted (token checked) in this
-	 * session, so its PutDones may commit slots no TCP write landed in. */
-	_Atomic uint32_t rdma_in[MAX_TOKENS];
+	/* Per peer id: a bit per transport whose connection of it we accepted
+	 * (token checked) this session and whose writes land unseen (rdma):
+	 * its PutDones may commit slots no write we saw landed in. */
+	_Atomic uint32_t unseen_in[MAX_TOKENS];
 	gid_t gid;                    /* --group, (gid_t)-1: none */
 	int stopping;                 /* SIGTERM/SIGINT seen: draining */
 	uint64_t stop_deadline;
@@ -122,15 +122,15 @@ struct pd_broker {
 	struct pd_rx_key *sc_rxkeys;
 	/* Operators' view (pd_broker_stats.c, pd_admin.c). */
 	struct peer_acct *acct;       /* MAX_TOKENS, by peer id */
-	_Atomic uint32_t lanes[MAX_TOKENS]; /* data lanes opened to each peer */
 	struct pd_admin *admin;
 	uint64_t admin_requests, admin_bad;
 	char data_addr[300];          /* the data listener as bound, "" when none */
-	/* Transports (pd_shmx_broker.c; control thread only). */
+	/* Transports per peer (pd_broker_xport.c; control thread only). */
 	char host_id[PD_WIRE_NAME_MAX + 1]; /* our Hello's: same boot, same host */
-	char seg_path[80];            /* our segment, "/pdkv.<name>": the shm address */
 	struct peer_xport *px;        /* MAX_TOKENS, by peer id */
-	uint32_t *slot_len;           /* per recv slot: length of the chunk granted there */
+	/* Per recv slot: length of the chunk granted there (0: not said); set
+	 * before the grant word, read by data threads after it. */
+	_Atomic uint32_t *slot_len;
 	LIST_HEAD(, held_lens) held;  /* lengths of batches held for admission */
 	const struct pd_msg_alloc_req *cur_req; /* the AllocRequest being handled */
 	uint32_t cur_peer;
@@ -149,64 +149,49 @@ void broker_waiters_expire(struct pd_broker *b, uint64_t now);
 extern const struct pd_tx_ops pd_broker_tx_ops;
 extern const struct pd_rx_ops pd_broker_rx_ops;
 extern const struct pd_ctrl_ops pd_broker_ctrl_ops;
-extern const struct pd_tcp_ops pd_broker_tcp_ops;
+extern const struct pd_xport_up pd_broker_xport_up;
 int broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer);
 /* The token our data connections present (both sides derive it from our Hello). */
 uint64_t broker_data_token(const struct pd_broker *b);
-/* A data connection presenting token: 0 and its peer, or -EACCES (no live
- * peer has it). rdma: the connection is an RDMA QP (marks rdma_in). Data
- * threads. */
-int broker_accept_token(struct pd_broker *b, uint64_t token, uint32_t *peer, int rdma);
-void broker_tcp_drain(void *ctx, uint32_t events);
 void broker_wbatches_free(struct pd_broker *b);
 void broker_fail_unreachable(struct pd_broker *b);
 int broker_scratch_alloc(struct pd_broker *b);
 void broker_scratch_free(struct pd_broker *b);
-/* Open TCP lanes to the peer's advertised "tcp" address: 0; -ENOENT none
- * advertised (or unparsable); a pd_tcp_connect() error. */
-int broker_tcp_open(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h);
-/* A write of batch seq ended (either transport). */
+/* A write of batch seq ended (any transport). */
 void broker_write_ended(struct pd_broker *b, uint64_t seq, int status);
-/* n completions polled from a data transport (either): writes ended, peers failed. */
+/* n completions polled from a data transport: writes ended, peers failed. */
 void broker_cpls_handle(struct pd_broker *b, const struct pd_cpl *c, int n);
 
-/* pd_shmx_broker.c: choosing and running the data transport per peer */
+/* pd_broker_xport.c: the data transports, set up, chosen per peer and driven
+ * through the interface only */
 int broker_xport_init(struct pd_broker *b, char *err, size_t errlen);
 void broker_xport_fini(struct pd_broker *b);
 /* The transports of our Hello, by preference; returns how many. */
-uint32_t broker_hello_xports(const struct pd_broker *b, const char *tcp_addr, const char **xport,
-			     const char **addr);
-/* "host:port" (or "[v6]:port") of transport x in a peer's Hello: 0; -ENOENT
- * not offered; -EINVAL unparsable (port 0 included). */
-int broker_offered_hostport(const struct pd_msg_hello *h, const char *x, char *host, size_t hlen,
-			    uint16_t *port);
+uint32_t broker_hello_xports(const struct pd_broker *b, const char **xport, const char **addr);
 void broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h);
 void broker_xport_down(struct pd_broker *b, uint32_t peer);
-/* The transport name and why, for pdctl. */
+void broker_xport_tick(struct pd_broker *b);
+/* The transport name and why, for pdctl; and its connections to peer. */
 void broker_xport_describe(const struct pd_broker *b, uint32_t peer, char *name, size_t nlen,
 			   char *why, size_t wlen);
+uint32_t broker_xport_lanes(const struct pd_broker *b, uint32_t peer);
 /* tx ops: 1 when the batch must not be sent (--require not met: failed in
  * before_sleep). */
 int broker_xport_refuse(struct pd_broker *b, const struct pd_tx_batch_view *v);
-/* PD_XPORT_SHM or PD_XPORT_TCP to write to peer, or why not (< 0: the
- * refusal of --require, -ENOTCONN without that transport). */
+/* The transport id to write to peer with, or why not (< 0: the refusal of
+ * --require, -ENOTCONN without that transport). */
 int broker_xport_of(const struct pd_broker *b, uint32_t peer);
 /* Post the writes of a batch (remote set) with the peer's transport; each
  * one posted counts in *posted. 0, or the first error (see tx ops). */
 int broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted);
-void broker_shmx_drain(void *ctx, uint32_t events);
 void broker_fail_refused(struct pd_broker *b);
-/* pd_rdma_broker.c: the rdma transport (see there) */
-int broker_rdma_init(struct pd_broker *b, char *err, size_t errlen);
-void broker_rdma_fini(struct pd_broker *b);
-/* Connect to the peer per its Hello: 0, or -errno with the reason in r. */
-int broker_rdma_try(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h, char *r,
-		    size_t rlen);
-void broker_rdma_down(struct pd_broker *b, uint32_t peer);
-int broker_rdma_ready(const struct pd_broker *b, uint32_t peer);
-int broker_rdma_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted);
+/* The transports as this broker serves them, "rdma,tcp" (for status). */
+void broker_xport_list(const struct pd_broker *b, char *out, size_t len);
+/* "name.counter" values of every transport set up, at most max. */
+uint32_t broker_xport_counters(const struct pd_broker *b, char (*names)[PD_STATS_NAME_MAX + 1],
+			       uint64_t *values, uint32_t max);
 
-/* pd_shmx_recv.c: lengths of granted chunks, and a PutDone vetted against the grants. */
+/* pd_broker_recv.c: lengths of granted chunks, and a PutDone vetted against the grants. */
 void broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
 			 uint32_t n);
 void broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q);

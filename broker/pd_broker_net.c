@@ -240,7 +240,10 @@ static void rx_reply(void *ctx, uint32_t peer, uint64_t seq, int32_t err, const 
 	struct pd_msg m = { .type = PD_MSG_ALLOC_RESP };
 	uint32_t k = 0;
 
-	/* Open the granted slots to this peer's writes (not the deduplicated ones). */
+	/* The lengths first (data threads read them once the grant is seen),
+	 * then open the granted slots to this peer's writes (not the
+	 * deduplicated ones). An error reply forgets what was held. */
+	broker_lens_granted(b, peer, seq, remote, err ? 0 : n);
 	for (uint32_t i = 0; err == 0 && i < n; i++) {
 		if (k < nalready && already[k] == (int32_t)i) {
 			k++;
@@ -249,7 +252,6 @@ static void rx_reply(void *ctx, uint32_t peer, uint64_t seq, int32_t err, const 
 		if (remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
 			atomic_store(&b->grant[remote[i]], peer + 1);
 	}
-	broker_lens_granted(b, peer, seq, remote, err ? 0 : n); /* (an error: forgets them) */
 	m.u.alloc_resp = (struct pd_msg_alloc_resp){ .seq = seq, .has_seq = 1, .n = err ? 0 : n,
 						     .remote_indexes = remote,
 						     .nalready = err ? 0 : nalready,
@@ -367,22 +369,6 @@ uint64_t broker_data_token(const struct pd_broker *b)
 	return token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name), b->epoch);
 }
 
-int broker_tcp_open(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h)
-{
-	char host[PD_WIRE_ADDR_MAX + 1];
-	uint16_t port;
-	int rc;
-
-	if (broker_offered_hostport(h, "tcp", host, sizeof(host), &port))
-		return -ENOENT;
-	rc = pd_tcp_connect(b->tcp, peer, host, port, broker_data_token(b));
-	if (rc < 0)
-		PD_LOG(WARN, tcp, "peer %u: cannot open data lanes to %s:%u", peer, host, port);
-	else if (peer < MAX_TOKENS)
-		atomic_store(&b->lanes[peer], b->cfg.data_threads);
-	return rc;
-}
-
 static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
 {
 	struct pd_broker *b = ctx;
@@ -390,7 +376,7 @@ static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
 	if (peer < MAX_TOKENS) {
 		(void)pthread_mutex_lock(&b->tok_lock);
 		b->token[peer] = token_of(h->name.p, h->name.len, h->epoch);
-		atomic_store(&b->rdma_in[peer], 0); /* a new session: its QPs are yet to come */
+		atomic_store(&b->unseen_in[peer], 0); /* a new session: its QPs are yet to come */
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
 	PD_LOG(INFO, ctl, "peer %u (%.*s) up", peer, (int)h->name.len, (const char *)h->name.p);
@@ -406,14 +392,10 @@ static void on_peer_down(void *ctx, uint32_t peer, int err)
 	if (peer < MAX_TOKENS) {
 		(void)pthread_mutex_lock(&b->tok_lock);
 		b->token[peer] = 0;
-		atomic_store(&b->rdma_in[peer], 0);
+		atomic_store(&b->unseen_in[peer], 0);
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
-	if (b->tcp)
-		(void)pd_tcp_disconnect(b->tcp, peer);
-	broker_xport_down(b, peer); /* shm: unmapped once its copies ended */
-	if (peer < MAX_TOKENS)
-		atomic_store(&b->lanes[peer], 0);
+	broker_xport_down(b, peer); /* its writes complete (shm unmapped once they did) */
 	if (b->tx)
 		(void)pd_tx_peer_failed(b->tx, peer, err, now);
 	if (b->rx)
@@ -426,16 +408,22 @@ const struct pd_ctrl_ops pd_broker_ctrl_ops = {
 
 /* ---- data plane callbacks (data threads) ------------------------------------------------- */
 
-int broker_accept_token(struct pd_broker *b, uint64_t token, uint32_t *peer, int rdma)
+/* A connection presenting token, of transport id: its peer, or -EACCES (no
+ * live peer has it). An unseen transport's connection lets the peer's
+ * PutDones commit slots no write we saw landed in (this session only). */
+static int up_accept(void *ctx, uint64_t token, uint32_t id, uint32_t *peer)
 {
+	const struct pd_xport_ops *ops = pd_xport_ops_of(id);
+	struct pd_broker *b = ctx;
 	int rc = -EACCES;
 
 	(void)pthread_mutex_lock(&b->tok_lock);
 	for (uint32_t i = 0; token && i < MAX_TOKENS; i++) {
 		if (b->token[i] == token) {
 			*peer = i;
-			if (rdma) /* under the lock: a new session's reset cannot pass it */
-				atomic_store(&b->rdma_in[i], 1);
+			if (ops && (ops->flags & PD_XPORT_F_UNSEEN)) /* under the lock: a new
+								      * session's reset cannot pass it */
+				atomic_fetch_or(&b->unseen_in[i], 1u << id);
 			rc = 0;
 			break;
 		}
@@ -444,47 +432,45 @@ int broker_accept_token(struct pd_broker *b, uint64_t token, uint32_t *peer, int
 	return rc;
 }
 
-static int tcp_accept_peer(void *ctx, uint64_t token, uint32_t *peer)
-{
-	return broker_accept_token(ctx, token, peer, 0);
-}
-
-/* Only into a slot granted to this very peer and not yet written. */
-static int tcp_claim(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
-		     struct pd_tcp_dst *dst)
+/* Only into a slot granted to this very peer, not yet written, and exactly
+ * as long as the chunk granted there (when the AllocRequest said). */
+static int up_claim(void *ctx, uint32_t peer, uint32_t slot, uint32_t len, void **dst,
+		    uint64_t *cap)
 {
 	struct pd_broker *b = ctx;
+	uint32_t want;
 
-	if (!b->shm.has_recv || d->slot >= b->shm.recv.nslots ||
-	    (atomic_load(&b->grant[d->slot]) & GRANT_PEER) != peer + 1 ||
-	    d->len > b->shm.recv.slot_size)
+	if (!b->shm.has_recv || slot >= b->shm.recv.nslots ||
+	    (atomic_load(&b->grant[slot]) & GRANT_PEER) != peer + 1 ||
+	    len > b->shm.recv.slot_size)
 		return -EPERM;
-	dst->ptr = b->shm.recv.arena + (uint64_t)d->slot * b->shm.recv.slot_size;
-	dst->cap = b->shm.recv.slot_size;
+	want = atomic_load_explicit(&b->slot_len[slot], memory_order_relaxed);
+	if (want && len != want)
+		return -EPERM;
+	*dst = b->shm.recv.arena + (uint64_t)slot * b->shm.recv.slot_size;
+	*cap = b->shm.recv.slot_size;
 	return 0;
 }
 
-static void tcp_landed(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
-		       const struct pd_tcp_dst *dst, int status)
+static void up_landed(void *ctx, uint32_t peer, uint32_t slot, uint32_t len, int status)
 {
 	struct pd_broker *b = ctx;
 	uint32_t g = peer + 1;
 
-	(void)dst;
 	if (status != 0)
 		return;
 	/* Landed: the PutDone that follows may commit it (unless the grant
 	 * was withdrawn meanwhile: then it stays withdrawn). */
-	(void)atomic_compare_exchange_strong(&b->grant[d->slot], &g, g | GRANT_LANDED);
-	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], d->len);
+	(void)atomic_compare_exchange_strong(&b->grant[slot], &g, g | GRANT_LANDED);
+	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], len);
 	if (peer < MAX_TOKENS) {
-		pd_stat_add(&b->acct[peer].bytes_rx, d->len);
+		pd_stat_add(&b->acct[peer].bytes_rx, len);
 		pd_stat_add(&b->acct[peer].chunks_rx, 1);
 	}
 }
 
-const struct pd_tcp_ops pd_broker_tcp_ops = {
-	.accept_peer = tcp_accept_peer, .claim = tcp_claim, .landed = tcp_landed,
+const struct pd_xport_up pd_broker_xport_up = {
+	.accept_peer = up_accept, .claim = up_claim, .landed = up_landed,
 };
 
 void broker_write_ended(struct pd_broker *b, uint64_t seq, int status)
@@ -510,15 +496,4 @@ void broker_cpls_handle(struct pd_broker *b, const struct pd_cpl *c, int n)
 		else if (pd_ctrl_peer_reset(b->ctrl, c[i].peer, c[i].status) <= 0 && b->tx)
 			(void)pd_tx_peer_failed(b->tx, c[i].peer, c[i].status, pd_now_ns());
 	}
-}
-
-void broker_tcp_drain(void *ctx, uint32_t events)
-{
-	struct pd_broker *b = ctx;
-	struct pd_cpl c[64];
-	int n;
-
-	(void)events;
-	while ((n = pd_tcp_poll(b->tcp, c, 64)) > 0)
-		broker_cpls_handle(b, c, n);
 }

@@ -65,24 +65,6 @@ static const struct field ctrl_fields[] = {
 	F(pd_ctrl_stats, aliases, C),
 };
 
-static const struct field tcp_fields[] = {
-#define TCP_FIELD(n) F(pd_tcp_stats, n, C),
-	PD_TCP_STAT_FIELDS(TCP_FIELD)
-#undef TCP_FIELD
-};
-
-static const struct field shmx_fields[] = {
-#define SHMX_FIELD(n) F(pd_shmx_stats, n, C),
-	PD_SHMX_STAT_FIELDS(SHMX_FIELD)
-#undef SHMX_FIELD
-};
-
-static const struct field rdma_fields[] = {
-#define RDMA_FIELD(n) F(pd_rdma_stats, n, C),
-	PD_RDMA_STAT_FIELDS(RDMA_FIELD)
-#undef RDMA_FIELD
-};
-
 static const struct field pool_fields[] = {
 	F(pd_pool_counters, in_use, G), F(pd_pool_counters, high_water, G),
 	F(pd_pool_counters, allocs, C), F(pd_pool_counters, frees, C),
@@ -146,14 +128,22 @@ static uint64_t count_waiters(const struct pd_broker *b)
 	return n;
 }
 
+/* Every transport's counters, "<name>.<counter>". */
+static void put_xports(struct pub *p, const struct pd_broker *b)
+{
+	char names[128][PD_STATS_NAME_MAX + 1];
+	uint64_t v[128];
+	uint32_t n = broker_xport_counters(b, names, v, 128);
+
+	for (uint32_t i = 0; i < n; i++)
+		pd_stats_set(p->s, p->n++, names[i], C, v[i]);
+}
+
 static void put_values(struct pub *p, const struct pd_broker *b)
 {
 	struct pd_rx_stats rs;
 	struct pd_tx_stats ts;
 	struct pd_ctrl_stats cs;
-	struct pd_tcp_stats ps;
-	struct pd_shmx_stats xs;
-	struct pd_rdma_stats ds;
 
 	put_header(p, b);
 	pd_stats_set(p->s, p->n++, "recv_waiters", G, count_waiters(b));
@@ -172,16 +162,7 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 	}
 	pd_ctrl_stats(b->ctrl, &cs);
 	put_table(p, "ctrl.", ctrl_fields, PD_ARRAY_SIZE(ctrl_fields), &cs, 0);
-	pd_tcp_get_stats(b->tcp, &ps);
-	put_table(p, "tcp.", tcp_fields, PD_ARRAY_SIZE(tcp_fields), &ps, 0);
-	if (b->shmx) {
-		pd_shmx_get_stats(b->shmx, &xs);
-		put_table(p, "shm.", shmx_fields, PD_ARRAY_SIZE(shmx_fields), &xs, 0);
-	}
-	if (b->rdma) {
-		pd_rdma_get_stats(b->rdma, &ds);
-		put_table(p, "rdma.", rdma_fields, PD_ARRAY_SIZE(rdma_fields), &ds, 0);
-	}
+	put_xports(p, b);
 	if (b->shm.has_send)
 		put_table(p, "pool.send.", pool_fields, PD_ARRAY_SIZE(pool_fields),
 			  &b->shm.send.shm->stats, 1);
@@ -204,25 +185,6 @@ static void put_hist(struct pd_stats *s, uint32_t id, const char *name,
 		s->nhist = id + 1;
 }
 
-/* --transport as this broker serves it: the configured order, rdma left
- * out when it could not be set up (peers show why), tcp last when not
- * listed (the fallback). */
-static void xports_list(const struct pd_broker *b, char *out, size_t len)
-{
-	static const char *const names[PD_XPORT_MAX] = {
-		[PD_XPORT_RDMA] = "rdma", [PD_XPORT_TCP] = "tcp", [PD_XPORT_SHM] = "shm",
-	};
-	const struct pd_cfg_xports *t = &b->cfg.transport;
-	size_t n = 0;
-
-	out[0] = '\0';
-	for (uint32_t i = 0; i < t->n && n < len; i++)
-		if (t->order[i] != PD_XPORT_RDMA || b->rdma)
-			n += (size_t)snprintf(out + n, len - n, "%s%s", n ? "," : "",
-					      names[t->order[i]]);
-	if (!(t->mask & (1u << PD_XPORT_TCP)) && n < len)
-		(void)snprintf(out + n, len - n, "%stcp", n ? "," : "");
-}
 
 static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now)
 {
@@ -232,7 +194,7 @@ static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now
 
 	(void)snprintf(i->ctrl, sizeof(i->ctrl), "%s", pd_ctrl_endpoint(b->ctrl));
 	(void)strlcpy(i->data, b->data_addr, sizeof(i->data));
-	xports_list(b, i->transport, sizeof(i->transport));
+	broker_xport_list(b, i->transport, sizeof(i->transport));
 	i->start_ns = b->shm.seg.hdr->broker_start_ns;
 	i->epoch = b->epoch;
 	i->pid = b->shm.seg.hdr->broker_pid;
@@ -260,7 +222,7 @@ static void put_peer(struct pd_stat_peer *d, const struct pd_broker *b, uint32_t
 	(void)snprintf(d->ctrl, sizeof(d->ctrl), "%s", pi->endpoint ? pi->endpoint : "");
 	broker_xport_describe(b, id, d->transport, sizeof(d->transport), d->why, sizeof(d->why));
 	d->state = pi->state;
-	d->lanes = atomic_load_explicit(&b->lanes[id], memory_order_relaxed);
+	d->lanes = broker_xport_lanes(b, id);
 	d->epoch = pi->epoch;
 	d->last_seen_ns = pi->last_rx_ns && now > pi->last_rx_ns ?
 				  pd_realtime_ns() - (now - pi->last_rx_ns) : 0;

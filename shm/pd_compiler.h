@@ -20,6 +20,8 @@
 #define PD_IS_POW2(x)   ((x) != 0 && ((x) & ((x) - 1)) == 0)
 
 #define pd_container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+/* The same, for a pointer to const. */
+#define pd_container_of_const(p, T, m) ((const T *)((const char *)(p) - offsetof(T, m)))
 
 /* Atomics placed in shared memory must be address-free, i.e. lock-free. */
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,

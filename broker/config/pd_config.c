@@ -28,9 +28,7 @@
 
 #define FIELD(f) .off = offsetof(struct pd_config, f), .len = sizeof(((struct pd_config *)0)->f)
 
-static const char *const xport_names[PD_XPORT_MAX] = {
-	[PD_XPORT_RDMA] = "rdma", [PD_XPORT_TCP] = "tcp", [PD_XPORT_SHM] = "shm",
-};
+static const char *const xport_names[PD_XPORT_MAX] = PD_XPORT_NAMES;
 
 static const char *const level_names[] = {
 	[PD_LOG_NONE] = "none", [PD_LOG_ERR] = "err", [PD_LOG_WARN] = "warn",

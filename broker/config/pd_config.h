@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "pd_xport_ids.h"
+
 #define PD_CFG_NAME_MAX     64u        /* incl. NUL: names are 1..63 chars */
 #define PD_CFG_PATH_MAX     256u       /* incl. NUL */
 #define PD_CFG_ENDPOINT_MAX 256u       /* incl. NUL */
@@ -36,12 +38,7 @@
 #define PD_CFG_SLOT_ALIGN   4096u
 #define PD_CFG_SLOT_MAX     (1ull << 30)
 
-/* Transports, in the order of the name table; bit (1u << id) in a mask. */
-#define PD_XPORT_RDMA 0u
-#define PD_XPORT_TCP  1u
-#define PD_XPORT_SHM  2u
-#define PD_XPORT_MAX  3u
-
+/* Transports by id (pd_xport_ids.h); bit (1u << id) in a mask. */
 /* A list of distinct transports: mask plus the order they were given in. */
 struct pd_cfg_xports {
 	uint32_t mask;                 /* bit (1u << PD_XPORT_*) per member */

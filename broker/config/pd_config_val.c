@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "pd_addr.h"
 #include "pd_config_int.h"
 
 #define NS_PER_MS UINT64_C(1000000)
@@ -320,23 +321,11 @@ static int ident_ok(const char *s)
 	return 1;
 }
 
-/* HOST:PORT: host of [A-Za-z0-9.-_:[]%*] (IPv6 in brackets, "*" = any),
- * port 1..65535, or "*" / 0 when any_port (bind to an ephemeral port). */
-static int hostport_ok(const char *s, int any_port, int zero_ok)
+/* HOST:PORT as every part of pdkv reads it (pd_addr.h): IPv6 in brackets,
+ * "*" = any host; port 1..65535, or what flags allow (an ephemeral port). */
+static int hostport_ok(const char *s, uint32_t flags)
 {
-	const char *colon = strrchr(s, ':');
-	uint64_t port;
-
-	if (!colon || colon == s)
-		return 0;
-	for (const char *h = s; h < colon; h++)
-		if (!isalnum((unsigned char)*h) && !strchr(".-_:[]%*", *h))
-			return 0;
-	if (any_port && strcmp(colon + 1, "*") == 0)
-		return 1;
-	if (parse_scaled(colon + 1, no_units, 1, &port) < 0)
-		return 0;
-	return (port >= 1 || zero_ok) && port <= 65535;
+	return pd_addr_split(s, strlen(s), flags, NULL, 0, NULL) == 0;
 }
 
 static int endpoint_ok(const char *s, int any_port)
@@ -344,7 +333,7 @@ static int endpoint_ok(const char *s, int any_port)
 	size_t n;
 
 	if (strncmp(s, "tcp://", 6) == 0)
-		return hostport_ok(s + 6, any_port, 0);
+		return hostport_ok(s + 6, any_port ? PD_ADDR_PORT_STAR : 0);
 	if (strncmp(s, "ipc://", 6) != 0)
 		return 0;
 	n = strlen(s + 6);
@@ -370,7 +359,7 @@ static int check_str(const struct pd_cfg_def *d, const char *s, char *err, size_
 	if (d->type == PD_CFG_T_ENDPOINT && !endpoint_ok(s, any))
 		return pd_cfg_fail(err, errlen, "--%s: '%s' is not tcp://HOST:PORT (port 1..65535)"
 				   " or ipc://PATH", d->name, s);
-	if (d->type == PD_CFG_T_HOSTPORT && !hostport_ok(s, any, any))
+	if (d->type == PD_CFG_T_HOSTPORT && !hostport_ok(s, any ? PD_ADDR_PORT_ANY : 0))
 		return pd_cfg_fail(err, errlen, "--%s: '%s' is not HOST:PORT (port 1..65535)",
 				   d->name, s);
 	return 0;

@@ -24,17 +24,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#define PD_CPL_WRITE 1u                /* one posted transfer ended */
-#define PD_CPL_PEER  2u                /* the peer failed (see the transport); cookie 0 */
-
-/* A completion, as polled. */
-struct pd_cpl {
-	uint64_t cookie;               /* the transfer's, as posted; 0 for PD_CPL_PEER */
-	uint32_t peer;
-	int32_t status;                /* 0, or -errno */
-	uint32_t kind;                 /* PD_CPL_* */
-	uint32_t _rsvd;
-};
+#include "pd_xfer.h"
 
 struct pd_cplq_node {
 	struct pd_cplq_node *next;

@@ -117,11 +117,11 @@ static void pair_open(struct bench *b, uint32_t lanes, struct pair *p)
 		die("sender", rc);
 }
 
-static struct pd_tcp_xfer xfer_of(const struct bench *b, uint64_t i)
+static struct pd_xfer xfer_of(const struct bench *b, uint64_t i)
 {
 	uint32_t slot = (uint32_t)(i % NCHUNKS);
 
-	return (struct pd_tcp_xfer){ .cookie = i, .src = b->src + (size_t)slot * CHUNK,
+	return (struct pd_xfer){ .cookie = i, .src = b->src + (size_t)slot * CHUNK,
 				     .len = CHUNK, .slot = slot, .gen = 1, .tag = 7 };
 }
 
@@ -136,7 +136,7 @@ static void pump(const struct bench *b, struct pd_tcp *tx, uint64_t n)
 
 	while (done < n) {
 		while (posted < n && posted - done < INFLIGHT) {
-			struct pd_tcp_xfer x = xfer_of(b, posted);
+			struct pd_xfer x = xfer_of(b, posted);
 			int rc = pd_tcp_post(tx, 1, &x, 1);
 
 			if (rc < 0)

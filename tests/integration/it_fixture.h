@@ -45,12 +45,13 @@ struct it_opts {
 	const char *require;             /* prefill brokers' --require; NULL: none */
 	const char *heartbeat;           /* every broker's --heartbeat; NULL: 200ms */
 	const char *d_admission;         /* the decode broker's --admission-timeout; NULL: its default */
+	const char *d_data;              /* the decode broker's --data; NULL: 127.0.0.1:0 */
 };
 
 /* A broker's command line, kept while it may be restarted. */
 struct it_args {
 	char send[16], recv[16];
-	const char *v[24];
+	const char *v[26];
 };
 
 struct it {
@@ -76,7 +77,8 @@ static inline const char *const *it_args(struct it_args *a, uint32_t send, uint3
 	const char *const flags[][2] = { { "--transport", transport },
 					 { "--proxy", prefill ? o->proxy : NULL },
 					 { "--require", prefill ? o->require : NULL },
-					 { "--admission-timeout", prefill ? NULL : o->d_admission } };
+					 { "--admission-timeout", prefill ? NULL : o->d_admission },
+					 { "--data", prefill ? NULL : o->d_data } };
 	const char *const base[] = { "--send-slots", a->send, "--recv-slots", a->recv,
 				     "--slot-size", "64K", "--heartbeat",
 				     o->heartbeat ? o->heartbeat : "200ms", "--log-level", "info" };

@@ -68,6 +68,26 @@ static void test_2p1d_both_admitted_at_once(void **state)
 	it_scn_2p1d(&tcp);
 }
 
+/* The data plane over IPv6: --data [::1]:0 on the decode broker (one
+ * host:port parser everywhere: the flag, the bind, the Hello address the
+ * sender dials). */
+static void test_ipv6_data_plane(void **state)
+{
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 16,
+							.d_data = "[::1]:0" });
+	char x[128], why[128];
+
+	(void)state;
+	assert_int_equal(it_put(t, "v6", 0, 4, 4), 0);
+	it_expect_event(t, "v6", PD_EV_PUT_DONE);
+	it_verify(t, "v6", 4);
+	release_all(t, "v6");
+	it_peer_xport(&t->p, x, why, sizeof(x));
+	assert_string_equal(x, "tcp");
+	assert_true(it_wait_stat(&t->d, "tcp.frames_rx", 4) >= 4);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -75,6 +95,7 @@ int main(void)
 		cmocka_unit_test(test_seed_interleaved_batches_both_complete),
 		cmocka_unit_test(test_one_sender_b_between_a_batches),
 		cmocka_unit_test(test_2p1d_both_admitted_at_once),
+		cmocka_unit_test(test_ipv6_data_plane),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -144,9 +144,9 @@ static int slot_ok(uint32_t slot, uint32_t round, uint32_t len, char *why, size_
 	return 1;
 }
 
-static struct pd_rdma_xfer xfer(uint64_t cookie, uint32_t slot, uint32_t len)
+static struct pd_xfer xfer(uint64_t cookie, uint32_t slot, uint32_t len)
 {
-	return (struct pd_rdma_xfer){ .cookie = cookie,
+	return (struct pd_xfer){ .cookie = cookie,
 				      .src = send_arena + (size_t)slot * SLOT_SIZE,
 				      .len = len, .slot = slot, .gen = 1 };
 }
@@ -208,7 +208,7 @@ static struct pd_rdma_remote remote_of(struct pd_rdma *recv, uint64_t token)
 
 /* Post @n writes (cookies base.., slots (i % NSLOTS)), retrying on -EAGAIN
  * while collecting completions. @return 0 or the post error. */
-static int post_all(struct pd_rdma *s, uint32_t peer, const struct pd_rdma_xfer *x, uint32_t n,
+static int post_all(struct pd_rdma *s, uint32_t peer, const struct pd_xfer *x, uint32_t n,
 		    uint32_t batch, struct tally *t)
 {
 	for (uint32_t i = 0; i < n;) {
@@ -244,7 +244,7 @@ static uint32_t len_for(uint32_t i)
 /* Every slot written once, every byte checked, every cookie once. */
 static void check_round(struct pd_rdma *s, uint32_t peer, uint32_t round, const char *name)
 {
-	static struct pd_rdma_xfer x[NSLOTS];
+	static struct pd_xfer x[NSLOTS];
 	static struct tally t;
 	char why[160] = "";
 	int ok = 1, rc;
@@ -275,7 +275,7 @@ static void check_round(struct pd_rdma *s, uint32_t peer, uint32_t round, const 
  * cookies still come back exactly once each. */
 static void check_many(struct pd_rdma *s, uint32_t peer)
 {
-	static struct pd_rdma_xfer x[1024];
+	static struct pd_xfer x[1024];
 	static struct tally t;
 	struct pd_rdma_stats st0, st1;
 	char why[160] = "";
@@ -309,7 +309,7 @@ static void check_many(struct pd_rdma *s, uint32_t peer)
 
 static void check_bounds(struct pd_rdma *s, uint32_t peer)
 {
-	struct pd_rdma_xfer bad[4] = { xfer(1, NSLOTS, 1), xfer(2, 0, SLOT_SIZE + 1),
+	struct pd_xfer bad[4] = { xfer(1, NSLOTS, 1), xfer(2, 0, SLOT_SIZE + 1),
 				       xfer(3, 0, 16), xfer(4, 0, 16) };
 	int rc[4];
 
@@ -351,7 +351,7 @@ static void check_connect(struct pd_rdma *s, struct pd_rdma *rv, int port)
  * one PEER completion, nothing hangs; then a new connection works. */
 static void check_qp_killed(struct pd_rdma *s, struct pd_rdma *rv, int port)
 {
-	static struct pd_rdma_xfer x[256];
+	static struct pd_xfer x[256];
 	static struct tally t;
 	struct pd_rdma_remote rem = remote_of(rv, 1);
 	uint64_t t0 = pd_now_ns();
@@ -386,7 +386,7 @@ static void check_qp_killed(struct pd_rdma *s, struct pd_rdma *rv, int port)
 static void check_bad_rkey(struct pd_rdma *s, struct pd_rdma *rv, int port)
 {
 	struct pd_rdma_remote rem = remote_of(rv, 2);
-	static struct pd_rdma_xfer x[16];
+	static struct pd_xfer x[16];
 	static struct tally t;
 	int rc;
 
@@ -432,7 +432,7 @@ static void check_refused(struct pd_rdma *s, struct pd_rdma *rv, int port)
  * -ECONNABORTED), before disconnect returns; no peer completion. */
 static void check_disconnect_drains(struct pd_rdma *s)
 {
-	static struct pd_rdma_xfer x[64];
+	static struct pd_xfer x[64];
 	static struct tally t;
 	int rc, rc2, n;
 

@@ -186,9 +186,9 @@ static inline void fx_connect(struct pd_rdma *r, uint32_t peer)
 	assert_int_equal(stats(r).connects, want);
 }
 
-static inline struct pd_rdma_xfer fx_xfer(uint64_t cookie, uint32_t slot, uint32_t len)
+static inline struct pd_xfer fx_xfer(uint64_t cookie, uint32_t slot, uint32_t len)
 {
-	return (struct pd_rdma_xfer){ .cookie = cookie, .src = send_buf + slot * T_SLOT,
+	return (struct pd_xfer){ .cookie = cookie, .src = send_buf + slot * T_SLOT,
 				      .len = len, .slot = slot, .gen = 3 };
 }
 

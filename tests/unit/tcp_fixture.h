@@ -401,10 +401,10 @@ static inline void fx_pattern(uint8_t *p, size_t len, uint64_t seed)
 }
 
 /* A write of src[0..len) into a granted slot. */
-static inline struct pd_tcp_xfer fx_xfer(uint64_t cookie, const void *src, uint32_t len,
+static inline struct pd_xfer fx_xfer(uint64_t cookie, const void *src, uint32_t len,
 					 uint32_t slot, uint32_t gen, uint64_t tag)
 {
-	return (struct pd_tcp_xfer){ .cookie = cookie, .src = src, .len = len, .slot = slot,
+	return (struct pd_xfer){ .cookie = cookie, .src = src, .len = len, .slot = slot,
 				     .gen = gen, .tag = tag };
 }
 

@@ -118,7 +118,7 @@ static void test_api_negative(void **state)
 {
 	struct pd_rdma_opts o;
 	struct pd_rdma_remote rem, b;
-	struct pd_rdma_xfer x = fx_xfer(1, 0, 16);
+	struct pd_xfer x = fx_xfer(1, 0, 16);
 	struct pd_cpl c;
 	struct pd_rdma *r;
 
@@ -175,7 +175,7 @@ static void test_translation_bounds(void **state)
 {
 	struct pd_rdma_opts o;
 	struct pd_rdma_remote rem = { .base = 0x10000, .slot_size = 0x3000, .nslots = 5 };
-	struct pd_rdma_xfer x;
+	struct pd_xfer x;
 	struct pd_rdma *r;
 
 	(void)state;
@@ -218,7 +218,7 @@ static void test_translation_bounds(void **state)
 static void test_bulk_all_or_nothing(void **state)
 {
 	struct pd_rdma_opts o;
-	struct pd_rdma_xfer x[3] = { fx_xfer(1, 0, 8), fx_xfer(2, 1, 8), fx_xfer(3, T_SLOTS, 8) };
+	struct pd_xfer x[3] = { fx_xfer(1, 0, 8), fx_xfer(2, 1, 8), fx_xfer(3, T_SLOTS, 8) };
 	struct pd_rdma *r;
 
 	fx_opts(&o);
@@ -236,7 +236,7 @@ static void test_bulk_all_or_nothing(void **state)
 static void test_chain_per_qp(void **state)
 {
 	struct fk_chain ch[2];
-	struct pd_rdma_xfer x[6];
+	struct pd_xfer x[6];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 
@@ -277,7 +277,7 @@ static void test_chain_per_qp(void **state)
  * order. */
 static void run_accounting(void **state, uint32_t interval, uint32_t nwrites)
 {
-	struct pd_rdma_xfer x[200];
+	struct pd_xfer x[200];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 	uint64_t end = pd_deadline_ms(T_WAIT);
@@ -339,7 +339,7 @@ static void test_signal_interval_sq_depth(void **state)
  * and the send queue never held more than sq_depth. */
 static void test_many_two_qps(void **state)
 {
-	struct pd_rdma_xfer x[256];
+	struct pd_xfer x[256];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 
@@ -361,7 +361,7 @@ static void test_many_two_qps(void **state)
 
 static void test_queue_depth(void **state)
 {
-	struct pd_rdma_xfer x[9];
+	struct pd_xfer x[9];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 
@@ -383,7 +383,7 @@ static void test_queue_depth(void **state)
 
 static void test_inline(void **state)
 {
-	struct pd_rdma_xfer x[4] = { fx_xfer(1, 0, 16), fx_xfer(2, 1, 17), fx_xfer(3, 2, 4000),
+	struct pd_xfer x[4] = { fx_xfer(1, 0, 16), fx_xfer(2, 1, 17), fx_xfer(3, 2, 4000),
 				     fx_xfer(4, 3, 0) };
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
@@ -403,7 +403,7 @@ static void test_inline(void **state)
 
 static void test_inline_refused(void **state)
 {
-	struct pd_rdma_xfer x = fx_xfer(1, 0, 8);
+	struct pd_xfer x = fx_xfer(1, 0, 8);
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 

@@ -29,7 +29,7 @@
 static void connect_fails(void **state, int *knob, int val, int want)
 {
 	struct pd_rdma_remote rem;
-	struct pd_rdma_xfer x = fx_xfer(1, 0, 8);
+	struct pd_xfer x = fx_xfer(1, 0, 8);
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 	int rc;
@@ -190,7 +190,7 @@ static void test_passive(void **state)
 /* Posted writes that finish in time complete normally (drain). */
 static void test_disconnect_drains(void **state)
 {
-	struct pd_rdma_xfer x[20];
+	struct pd_xfer x[20];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 
@@ -214,7 +214,7 @@ static void test_disconnect_drains(void **state)
  * connect_timeout_ms and aborts them; still no PEER completion. */
 static void test_disconnect_stuck(void **state)
 {
-	struct pd_rdma_xfer x[5];
+	struct pd_xfer x[5];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 	uint64_t t0;
@@ -242,7 +242,7 @@ static void test_disconnect_stuck(void **state)
 static void test_destroy_busy(void **state)
 {
 	struct pd_rdma_remote rem;
-	struct pd_rdma_xfer x[10];
+	struct pd_xfer x[10];
 	uint8_t b[PD_RDMA_CM_REQ_LEN];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;

@@ -30,7 +30,7 @@
 
 static void test_wc_error(void **state)
 {
-	struct pd_rdma_xfer x[40], y = fx_xfer(99, 0, 8);
+	struct pd_xfer x[40], y = fx_xfer(99, 0, 8);
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 
@@ -72,7 +72,7 @@ static void test_wc_error(void **state)
 static void test_bad_rkey(void **state)
 {
 	struct pd_rdma_remote rem;
-	struct pd_rdma_xfer x[4];
+	struct pd_xfer x[4];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 	uint64_t end = pd_deadline_ms(T_WAIT);
@@ -95,7 +95,7 @@ static void test_bad_rkey(void **state)
 
 static void test_post_error(void **state)
 {
-	struct pd_rdma_xfer x[6];
+	struct pd_xfer x[6];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 
@@ -214,7 +214,7 @@ static void test_cm_channel_error(void **state)
  * with -ECONNRESET, then one PEER completion. */
 static void test_peer_disconnects(void **state)
 {
-	struct pd_rdma_xfer x[30];
+	struct pd_xfer x[30];
 	struct pd_rdma_opts o;
 	struct pd_rdma *r;
 

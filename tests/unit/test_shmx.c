@@ -223,7 +223,7 @@ static void test_copies_land_byte_exact(void **state)
 	const uint32_t n = 16, ss = 64 * KIB;
 	struct pd_shmx_target t = target(f, n, ss, EPOCH);
 	uint8_t *src = malloc((size_t)n * ss);
-	struct pd_shmx_xfer x[16];
+	struct pd_xfer x[16];
 	struct pd_cpl c[17];
 	struct pd_shmx_stats st;
 	uint32_t seen = 0, bytes = 0;
@@ -237,7 +237,7 @@ static void test_copies_land_byte_exact(void **state)
 
 		for (uint32_t k = 0; k < len; k++)
 			src[(size_t)i * ss + k] = pat(i, k);
-		x[i] = (struct pd_shmx_xfer){ .cookie = 100 + i, .src = src + (size_t)i * ss,
+		x[i] = (struct pd_xfer){ .cookie = 100 + i, .src = src + (size_t)i * ss,
 					      .len = len, .slot = (i * 5u) % n };
 		bytes += len;
 	}
@@ -274,7 +274,7 @@ static void test_bounds_refused_all_or_nothing(void **state)
 	const uint32_t ss = 64 * KIB;
 	struct pd_shmx_target t = target(f, 4, ss, EPOCH);
 	static uint8_t src[64 * KIB + 1];
-	struct pd_shmx_xfer x[2] = { { .cookie = 1, .src = src, .len = 16, .slot = 0 },
+	struct pd_xfer x[2] = { { .cookie = 1, .src = src, .len = 16, .slot = 0 },
 				     { .cookie = 2, .src = src, .len = 16, .slot = 4 } };
 	struct pd_cpl c[2];
 
@@ -286,9 +286,9 @@ static void test_bounds_refused_all_or_nothing(void **state)
 	assert_int_equal(pd_shmx_post(f->s, PEER, x, 2), -EINVAL); /* slot == nslots */
 	x[1].slot = UINT32_MAX;
 	assert_int_equal(pd_shmx_post(f->s, PEER, &x[1], 1), -EINVAL);
-	x[1] = (struct pd_shmx_xfer){ .cookie = 2, .src = src, .len = ss + 1, .slot = 1 };
+	x[1] = (struct pd_xfer){ .cookie = 2, .src = src, .len = ss + 1, .slot = 1 };
 	assert_int_equal(pd_shmx_post(f->s, PEER, x, 2), -EINVAL); /* len > slot_size */
-	x[1] = (struct pd_shmx_xfer){ .cookie = 2, .src = NULL, .len = 1, .slot = 1 };
+	x[1] = (struct pd_xfer){ .cookie = 2, .src = NULL, .len = 1, .slot = 1 };
 	assert_int_equal(pd_shmx_post(f->s, PEER, x, 2), -EINVAL); /* no src */
 	assert_int_equal(pd_shmx_post(f->s, PEER, NULL, 1), -EINVAL);
 	assert_int_equal(pd_shmx_post(f->s, PEER, x, 9), -EINVAL);
@@ -296,7 +296,7 @@ static void test_bounds_refused_all_or_nothing(void **state)
 	for (uint32_t k = 0; k < 4 * ss; k++)
 		if (f->seg.recv.arena[k] != 0xa5)
 			fail_msg("arena byte %u written by a refused post", k);
-	x[1] = (struct pd_shmx_xfer){ .cookie = 2, .src = src, .len = ss, .slot = 3 };
+	x[1] = (struct pd_xfer){ .cookie = 2, .src = src, .len = ss, .slot = 3 };
 	assert_int_equal(pd_shmx_post(f->s, PEER, x, 2), 2); /* a full slot is fine */
 	assert_int_equal(wait_cpl(f->s, c, 2), 2);
 	assert_int_equal(f->seg.recv.arena[3 * ss + ss - 1], 0x3c);
@@ -311,7 +311,7 @@ static void test_queue_depth(void **state)
 	struct fx *f = *state;
 	struct pd_shmx_target t = target(f, 4, 16 * MIB, EPOCH);
 	uint8_t *src = calloc(1, 16 * MIB);
-	struct pd_shmx_xfer x = { .cookie = 9, .src = src, .len = 16 * MIB, .slot = 2 };
+	struct pd_xfer x = { .cookie = 9, .src = src, .len = 16 * MIB, .slot = 2 };
 	struct pd_cpl c[4];
 
 	assert_non_null(src);
@@ -339,7 +339,7 @@ static void test_disconnect_aborts_copies_in_flight(void **state)
 	struct fx *f = *state;
 	const uint32_t n = 1000, slots = 8;
 	struct pd_shmx_target t = target(f, slots, MIB, EPOCH);
-	struct pd_shmx_xfer *x = calloc(n, sizeof(*x));
+	struct pd_xfer *x = calloc(n, sizeof(*x));
 	struct pd_cpl *c = calloc(n + 1, sizeof(*c));
 	uint8_t *seen = calloc(n, 1), *src = malloc(MIB);
 	uint32_t ok = 0, aborted = 0;
@@ -351,7 +351,7 @@ static void test_disconnect_aborts_copies_in_flight(void **state)
 	seg_make(f, slots, MIB, EPOCH, 1);
 	assert_int_equal(connect_to(f, &t), 0);
 	for (uint32_t i = 0; i < n; i++)
-		x[i] = (struct pd_shmx_xfer){ .cookie = i, .src = src, .len = MIB, .slot = i % slots };
+		x[i] = (struct pd_xfer){ .cookie = i, .src = src, .len = MIB, .slot = i % slots };
 	assert_int_equal(pd_shmx_post(f->s, PEER, x, n), (int)n);
 	assert_int_equal(pd_shmx_disconnect(f->s, PEER), 0);
 	got = pd_shmx_poll(f->s, c, n + 1); /* all there already: no waiting */
@@ -374,7 +374,7 @@ static void test_disconnect_aborts_copies_in_flight(void **state)
 
 static void copy_one(struct fx *f, const void *src, uint32_t len, uint32_t slot, int32_t want)
 {
-	struct pd_shmx_xfer x = { .cookie = 77, .src = src, .len = len, .slot = slot };
+	struct pd_xfer x = { .cookie = 77, .src = src, .len = len, .slot = slot };
 	struct pd_cpl c;
 
 	assert_int_equal(pd_shmx_post(f->s, PEER, &x, 1), 1);
@@ -391,7 +391,7 @@ static void test_replaced_segment_fails_the_peer(void **state)
 	struct fx *f = *state;
 	struct pd_shmx_target t = target(f, 4, 64 * KIB, EPOCH);
 	static const char hi[] = "hello";
-	struct pd_shmx_xfer x = { .cookie = 1, .src = hi, .len = 5, .slot = 1 };
+	struct pd_xfer x = { .cookie = 1, .src = hi, .len = 5, .slot = 1 };
 	struct pd_cpl c;
 
 	shmx_make(f, 2, 64);

@@ -126,8 +126,8 @@ static void test_api_negative(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t buf[64];
-	struct pd_tcp_xfer x = fx_xfer(1, buf, sizeof(buf), 0, 1, 1);
-	struct pd_tcp_xfer big = fx_xfer(2, buf, 0, 0, 1, 1);
+	struct pd_xfer x = fx_xfer(1, buf, sizeof(buf), 0, 1, 1);
+	struct pd_xfer big = fx_xfer(2, buf, 0, 0, 1, 1);
 	struct pd_cpl cpl;
 
 	c.depth = 4;
@@ -179,7 +179,7 @@ static void test_limits(void **state)
 	struct fx_cfg c = fx_cfg_default();
 	struct pd_tcp_opts o = fx_opts(&c);
 	static uint8_t src[3][KIB];
-	struct pd_tcp_xfer x[3];
+	struct pd_xfer x[3];
 	struct pd_cpl cpl[3];
 	struct pd_tcp *t = NULL;
 
@@ -225,7 +225,7 @@ static void test_hello_wrong_token(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t src[4 * KIB];
-	struct pd_tcp_xfer x[3];
+	struct pd_xfer x[3];
 	struct pd_cpl cpl[8];
 
 	fx_open(f, &c);
@@ -380,7 +380,7 @@ static void test_raw_bad_frames(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t src[4 * KIB];
-	struct pd_tcp_xfer x;
+	struct pd_xfer x;
 	struct pd_cpl cpl;
 
 	c.io_ms = 300;
@@ -510,7 +510,7 @@ static void test_connect_fail(void **state)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(a);
 	uint8_t src[64];
-	struct pd_tcp_xfer x = fx_xfer(5, src, sizeof(src), 0, 1, 1);
+	struct pd_xfer x = fx_xfer(5, src, sizeof(src), 0, 1, 1);
 	struct pd_cpl cpl[4];
 	uint16_t port;
 	uint64_t t0;
@@ -554,7 +554,7 @@ static void test_connect_fail(void **state)
 }
 
 static void grant_n(struct fx *f, uint32_t n, const uint8_t *src, uint32_t len,
-		    struct pd_tcp_xfer *x)
+		    struct pd_xfer *x)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		fx_grant(f, i, 1, 1000 + i);
@@ -580,7 +580,7 @@ static void test_disconnect_mid_transfer(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t *src = malloc((size_t)N * LEN);
-	struct pd_tcp_xfer x[N];
+	struct pd_xfer x[N];
 	struct pd_cpl cpl[N + 1];
 	uint32_t ok = 0;
 
@@ -624,7 +624,7 @@ static void test_peer_failure(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t *src = malloc((size_t)N * LEN);
-	struct pd_tcp_xfer x[N];
+	struct pd_xfer x[N];
 	struct pd_cpl cpl[N + 2];
 	uint32_t ok = 0;
 	int err;
@@ -667,7 +667,7 @@ static void test_io_timeout(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	static uint8_t src[4][16 * KIB];
-	struct pd_tcp_xfer x[4];
+	struct pd_xfer x[4];
 	struct pd_cpl cpl[5];
 
 	c.io_ms = 300;
@@ -695,7 +695,7 @@ static void test_stop_tx_in_flight(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	static uint8_t src[8][4 * KIB];
-	struct pd_tcp_xfer x[8];
+	struct pd_xfer x[8];
 	struct pd_cpl cpl[9];
 
 	fx_open(f, &c);

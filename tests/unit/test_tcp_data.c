@@ -12,7 +12,7 @@
 
 /* Post x[0..n) in batches of 1..max_batch, polling as it goes; then wait
  * for the rest. Returns the completions in c (n of them). */
-static void post_all(struct pd_tcp *t, uint32_t peer, const struct pd_tcp_xfer *x, uint32_t n,
+static void post_all(struct pd_tcp *t, uint32_t peer, const struct pd_xfer *x, uint32_t n,
 		     uint32_t max_batch, uint64_t seed, struct pd_cpl *c)
 {
 	uint32_t posted = 0, got = 0;
@@ -51,7 +51,7 @@ static void test_one_4k(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t src[4 * KIB];
-	struct pd_tcp_xfer x[2];
+	struct pd_xfer x[2];
 	struct pd_cpl cpl[2];
 	struct pd_tcp_stats tx, rx;
 
@@ -94,7 +94,7 @@ static void test_random_1000(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t *src = malloc((size_t)N * SLOT);
-	struct pd_tcp_xfer *x = calloc(N, sizeof(*x));
+	struct pd_xfer *x = calloc(N, sizeof(*x));
 	struct pd_cpl *cpl = calloc(N + 1, sizeof(*cpl));
 	uint64_t bytes = 0;
 
@@ -140,7 +140,7 @@ static void test_64x4mib(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t *src = malloc((size_t)SLOTS * LEN);
-	struct pd_tcp_xfer x[SLOTS];
+	struct pd_xfer x[SLOTS];
 	struct pd_cpl cpl[SLOTS];
 
 	assert_non_null(src);
@@ -184,7 +184,7 @@ static void test_event_fd(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	static uint8_t src[4][KIB];
-	struct pd_tcp_xfer x[4];
+	struct pd_xfer x[4];
 	struct pd_cpl cpl[4];
 	int efd;
 
@@ -220,7 +220,7 @@ static void test_two_peers(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t *src = malloc((size_t)2 * N * LEN);
-	struct pd_tcp_xfer x[2 * N];
+	struct pd_xfer x[2 * N];
 	struct pd_cpl cpl[2 * N];
 	uint32_t per[2] = { 0, 0 };
 
@@ -281,7 +281,7 @@ static void test_idle_cpu(void **state)
 	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
 	uint8_t src[KIB] = { 0 };
-	struct pd_tcp_xfer x = fx_xfer(1, src, sizeof(src), 0, 1, 1);
+	struct pd_xfer x = fx_xfer(1, src, sizeof(src), 0, 1, 1);
 	struct pd_cpl cpl;
 	long hz = sysconf(_SC_CLK_TCK);
 	uint64_t t0, used_ms;

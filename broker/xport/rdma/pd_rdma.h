@@ -197,19 +197,6 @@ struct pd_rdma_local {
 	char dev[64];                  /* device name */
 };
 
-/* One write: len bytes from src to the peer's recv slot (slot, gen). Same
- * layout as struct pd_tcp_xfer. */
-struct pd_rdma_xfer {
-	uint64_t cookie;               /* caller's, returned in the completion */
-	const void *src;               /* inside the send arena; loaned until the completion;
-					* NULL only when len == 0 */
-	uint32_t len;                  /* <= rem.slot_size */
-	uint32_t slot;                 /* < rem.nslots */
-	uint32_t gen;                  /* not sent; the caller's */
-	uint32_t _rsvd;
-	uint64_t tag;                  /* not sent; the caller's */
-};
-
 /* Completions are struct pd_cpl (pd_cplq.h), as pd_tcp's: PD_CPL_WRITE,
  * one posted write ended; PD_CPL_PEER, the peer failed (see above). */
 
@@ -321,7 +308,7 @@ int pd_rdma_disconnect(struct pd_rdma *r, uint32_t peer);
  *         (the peer failed or is being disconnected); -ESHUTDOWN; -EAGAIN
  *         (queue_depth writes outstanding or the pool empty: poll, retry).
  */
-int pd_rdma_post(struct pd_rdma *r, uint32_t peer, const struct pd_rdma_xfer *x, uint32_t n);
+int pd_rdma_post(struct pd_rdma *r, uint32_t peer, const struct pd_xfer *x, uint32_t n);
 
 /**
  * Move up to @max completions into @c, oldest first.

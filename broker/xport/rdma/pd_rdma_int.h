@@ -115,7 +115,7 @@ struct pd_rdma_ctx {
 
 struct pd_rdma_node {
 	struct pd_cplq_node c;         /* first: the completion {cookie, peer, kind, status} */
-	struct pd_rdma_xfer x;
+	struct pd_xfer x;
 	uint64_t seq;                  /* QP sequence number once posted */
 };
 
@@ -264,7 +264,7 @@ struct pd_rdma_peer *pd_rdma_peer_find(const struct pd_rdma *r, uint32_t id, uin
 /* pd_rdma_post.c (p->lock held unless said otherwise) */
 /* Bounds of one write against the peer and the send arena; no lock. */
 int pd_rdma_xfer_check(const struct pd_rdma *r, const struct pd_rdma_remote *rem,
-		       const struct pd_rdma_xfer *x);
+		       const struct pd_xfer *x);
 /* Post pending writes while the QPs have room; < 0: a post failed (the
  * caller fails the peer with it). */
 int pd_rdma_sched(struct pd_rdma_peer *p);

@@ -17,7 +17,7 @@
 #include "pd_rdma_int.h"
 
 int pd_rdma_xfer_check(const struct pd_rdma *r, const struct pd_rdma_remote *rem,
-		       const struct pd_rdma_xfer *x)
+		       const struct pd_xfer *x)
 {
 	uintptr_t base = (uintptr_t)r->o.send_base, src = (uintptr_t)x->src;
 	uint64_t off;
@@ -242,7 +242,7 @@ void pd_rdma_peer_collect(struct pd_rdma_peer *p, struct pd_cplq_fifo *done)
 /* ---- pd_rdma_post ------------------------------------------------------------------------ */
 
 static int post_checks(const struct pd_rdma *r, const struct pd_rdma_peer *p,
-		       const struct pd_rdma_xfer *x, uint32_t n)
+		       const struct pd_xfer *x, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		int rc = pd_rdma_xfer_check(r, &p->rem, &x[i]);
@@ -270,7 +270,7 @@ static int post_accept(struct pd_rdma_peer *p, struct pd_cplq_fifo *f, int *fail
 	return 0;
 }
 
-int pd_rdma_post(struct pd_rdma *r, uint32_t peer, const struct pd_rdma_xfer *x, uint32_t n)
+int pd_rdma_post(struct pd_rdma *r, uint32_t peer, const struct pd_xfer *x, uint32_t n)
 {
 	struct pd_cplq_fifo f = { 0 };
 	struct pd_rdma_peer *p;

@@ -97,14 +97,6 @@ struct pd_shmx_target {
 	uint64_t epoch;                /* its epoch: the segment's must be the same */
 };
 
-/* One copy: len bytes from src into the peer's recv slot `slot`. */
-struct pd_shmx_xfer {
-	uint64_t cookie;               /* caller's, returned in the completion */
-	const void *src;               /* loaned until the completion; NULL only when len == 0 */
-	uint32_t len;                  /* <= the peer's slot_size */
-	uint32_t slot;                 /* < the peer's recv_slots */
-};
-
 /* Completions are struct pd_cpl (pd_cplq.h): PD_CPL_WRITE, one posted copy
  * ended; PD_CPL_PEER, the peer failed (see above). */
 
@@ -184,7 +176,7 @@ int pd_shmx_disconnect(struct pd_shmx *s, uint32_t peer);
  *         -ENOENT (no such peer); -ENOTCONN (the peer failed: disconnect
  *         it); -EAGAIN (queue_depth or the copy pool full: poll, retry).
  */
-int pd_shmx_post(struct pd_shmx *s, uint32_t peer, const struct pd_shmx_xfer *x, uint32_t n);
+int pd_shmx_post(struct pd_shmx *s, uint32_t peer, const struct pd_xfer *x, uint32_t n);
 
 /**
  * Move up to @max completions into @c, oldest first.

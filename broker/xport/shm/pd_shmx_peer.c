@@ -174,7 +174,7 @@ int pd_shmx_check(struct pd_shmx *s)
 /* ---- post ---------------------------------------------------------------------- */
 
 /* Bounds against the peer's mapped geometry: nothing outside its arena. */
-static int xfers_valid(const struct pd_shmx_peer *p, const struct pd_shmx_xfer *x, uint32_t n)
+static int xfers_valid(const struct pd_shmx_peer *p, const struct pd_xfer *x, uint32_t n)
 {
 	if (n > p->s->o.queue_depth)
 		return 0;
@@ -184,7 +184,7 @@ static int xfers_valid(const struct pd_shmx_peer *p, const struct pd_shmx_xfer *
 	return 1;
 }
 
-static void post_locked(struct pd_shmx *s, struct pd_shmx_peer *p, const struct pd_shmx_xfer *x,
+static void post_locked(struct pd_shmx *s, struct pd_shmx_peer *p, const struct pd_xfer *x,
 			uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
@@ -201,7 +201,7 @@ static void post_locked(struct pd_shmx *s, struct pd_shmx_peer *p, const struct 
 	pd_shmx_wake_locked(s, n);
 }
 
-int pd_shmx_post(struct pd_shmx *s, uint32_t peer, const struct pd_shmx_xfer *x, uint32_t n)
+int pd_shmx_post(struct pd_shmx *s, uint32_t peer, const struct pd_xfer *x, uint32_t n)
 {
 	struct pd_shmx_peer **entry;
 	int rc = (int)n;

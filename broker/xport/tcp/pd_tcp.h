@@ -280,17 +280,6 @@ struct pd_tcp_opts {
 	uint32_t flags;                /* none defined: must be 0 */
 };
 
-/* One write: len bytes from src to the peer's (slot, gen, tag). */
-struct pd_tcp_xfer {
-	uint64_t cookie;               /* caller's, returned in the completion */
-	const void *src;               /* loaned until the completion; NULL only when len == 0 */
-	uint32_t len;                  /* <= max_frame */
-	uint32_t slot;
-	uint32_t gen;
-	uint32_t _rsvd;
-	uint64_t tag;
-};
-
 /* Completions are struct pd_cpl (pd_cplq.h): PD_CPL_WRITE, one posted write
  * ended; PD_CPL_PEER, the peer failed (see above). */
 
@@ -387,7 +376,7 @@ int pd_tcp_disconnect(struct pd_tcp *t, uint32_t peer);
  *         -ENOTCONN (the peer failed: disconnect it); -EAGAIN (the peer's
  *         queue_depth or the write pool is full: poll completions, retry).
  */
-int pd_tcp_post(struct pd_tcp *t, uint32_t peer, const struct pd_tcp_xfer *x, uint32_t n);
+int pd_tcp_post(struct pd_tcp *t, uint32_t peer, const struct pd_xfer *x, uint32_t n);
 
 /**
  * Move up to @max completions into @c, oldest first.

@@ -33,7 +33,7 @@
 
 struct pd_tcp_node {
 	struct pd_cplq_node c;         /* first: completion (c.cookie is x.cookie), list link */
-	struct pd_tcp_xfer x;
+	struct pd_xfer x;
 	uint8_t hdr[PD_TCP_HDR_SIZE];  /* encoded DATA header */
 };
 

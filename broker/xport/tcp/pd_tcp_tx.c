@@ -463,7 +463,7 @@ static int peer_alloc(struct pd_tcp *t, uint32_t id, const struct sockaddr_stora
 	p->peer_cpl->c.kind = PD_CPL_PEER;
 	p->peer_cpl->c.peer = id;
 	p->peer_cpl->c.cookie = 0;
-	p->peer_cpl->x = (struct pd_tcp_xfer){ .cookie = 0 };
+	p->peer_cpl->x = (struct pd_xfer){ .cookie = 0 };
 	*out = p;
 	return 0;
 
@@ -579,7 +579,7 @@ void pd_tcp_peers_stop(struct pd_tcp *t)
 
 /* ---- post (owner thread) ------------------------------------------------------ */
 
-static int xfers_valid(const struct pd_tcp *t, const struct pd_tcp_xfer *x, uint32_t n)
+static int xfers_valid(const struct pd_tcp *t, const struct pd_xfer *x, uint32_t n)
 {
 	if (n > t->o.queue_depth)
 		return 0;
@@ -605,7 +605,7 @@ static int post_reserve(struct pd_tcp_peer *p, uint32_t n)
 	return rc;
 }
 
-static void post_fill(struct pd_cplq_fifo *f, uint32_t peer, const struct pd_tcp_xfer *x)
+static void post_fill(struct pd_cplq_fifo *f, uint32_t peer, const struct pd_xfer *x)
 {
 	struct pd_tcp_node *n = pd_tcp_node_of(f->head);
 
@@ -666,7 +666,7 @@ static int post_queue(struct pd_tcp_peer *p, struct pd_cplq_fifo *f)
 	return (int)n;
 }
 
-int pd_tcp_post(struct pd_tcp *t, uint32_t peer, const struct pd_tcp_xfer *x, uint32_t n)
+int pd_tcp_post(struct pd_tcp *t, uint32_t peer, const struct pd_xfer *x, uint32_t n)
 {
 	struct pd_cplq_fifo f = { 0 };
 	struct pd_tcp_peer **entry;

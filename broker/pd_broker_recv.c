@@ -3,8 +3,9 @@
  * pdbroker, receiving side of the data transports: the length of every
  * chunk granted (from the AllocRequest, or kept while its batch is held
  * for admission), and the PutDone vetted against the per-slot grant words
- * (see pd_broker_int.h, GRANT_*): with shm and rdma the receiver never
- * sees the bytes arrive, so the PutDone is the signal, and the trust.
+ * (see pd_broker_int.h, GRANT_*): with an unseen transport (shm, rdma)
+ * the receiver never sees the bytes arrive, so the PutDone is the signal,
+ * and the trust.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ void broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const
 	}
 	for (uint32_t i = 0; lens && i < n && i < nl; i++)
 		if (remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
-			b->slot_len[remote[i]] = lens[i];
+			atomic_store_explicit(&b->slot_len[remote[i]], lens[i], memory_order_relaxed);
 	free(h);
 }
 
@@ -55,21 +56,35 @@ void broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_al
 	LIST_INSERT_HEAD(&b->held, h, link);
 }
 
+/* The transports this peer may have written our arena through unseen:
+ * accepted connections of an unseen transport (rdma), or one it needs none
+ * for (shm on this host). */
+static uint32_t unseen_from(const struct pd_broker *b, uint32_t peer)
+{
+	if (peer >= MAX_TOKENS)
+		return 0;
+	return atomic_load(&b->unseen_in[peer]) | b->px[peer].admitted;
+}
+
+/* The id of the lowest bit of mask (mask != 0). */
+static uint32_t first_of(uint32_t mask)
+{
+	return (uint32_t)__builtin_ctz(mask);
+}
+
 /*
  * A PutDone: its slots' data is in place. Only slots granted to this very
  * peer are released from their grant (a PutDone naming another peer's
  * slot leaves it alone, and the receiver engine refuses the request). A
- * slot no TCP write landed in was written through shm or RDMA, which only
- * a same-host peer to which we offer shm, or a peer whose RDMA QPs we
- * accepted in this session (its token checked at connect), can do: from
- * any other peer that PutDone claims bytes that never arrived, and is
- * refused the same way. shm and RDMA bytes are counted here (TCP ones
- * were counted as they landed).
+ * slot no write we saw landed in was written through an unseen transport,
+ * which only a peer that transport lets write us can do (see
+ * unseen_from()): from any other peer that PutDone claims bytes that never
+ * arrived, and is refused the same way. Unseen bytes are counted here
+ * (seen ones were counted as they landed).
  */
 void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
 {
-	int rdma_ok = peer < MAX_TOKENS && atomic_load(&b->rdma_in[peer]);
-	int direct = rdma_ok || (peer < MAX_TOKENS && b->px[peer].shm_in); /* shm or rdma */
+	uint32_t via = unseen_from(b, peer);
 	uint64_t bytes = 0, chunks = 0;
 	int32_t *idx = b->sc_idx;
 
@@ -82,22 +97,23 @@ void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put
 		g = atomic_load(&b->grant[s]);
 		if ((g & GRANT_PEER) != peer + 1)
 			continue;
-		if (!(g & GRANT_LANDED) && !direct) {
+		if (!(g & GRANT_LANDED) && !via) {
 			idx[i] = -1; /* refused: nothing landed */
 			continue;
 		}
 		if (!(g & GRANT_LANDED)) {
 			chunks++;
-			bytes += b->slot_len[s];
+			bytes += atomic_load_explicit(&b->slot_len[s], memory_order_relaxed);
 		}
-		b->slot_len[s] = 0; /* counted once; never a stale length for the next grant */
+		/* counted once; never a stale length for the next grant */
+		atomic_store_explicit(&b->slot_len[s], 0, memory_order_relaxed);
 		atomic_store(&b->grant[s], 0);
 	}
 	if (!b->rx || pd_rx_put_done(b->rx, peer, d->req_id.p, d->req_id.len, idx,
 				     d->n < PD_WIRE_MAX_KEYS ? d->n : PD_WIRE_MAX_KEYS,
 				     pd_now_ns()) < 0 || peer >= MAX_TOKENS)
 		return;
-	b->px[peer].recv = (!chunks ? PD_XPORT_TCP : rdma_ok ? PD_XPORT_RDMA : PD_XPORT_SHM) + 1;
+	b->px[peer].recv = (chunks ? first_of(via) : PD_XPORT_TCP) + 1;
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], bytes);
 	pd_stat_add(&b->acct[peer].bytes_rx, bytes);
 	pd_stat_add(&b->acct[peer].chunks_rx, chunks);
