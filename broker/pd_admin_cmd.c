@@ -271,7 +271,7 @@ static void cmd_peers(struct pd_broker *b, msgpack_packer *pk)
 	}
 	if (b->tx)
 		pd_tx_foreach(b->tx, count_tx, live);
-	n = broker_peers_describe(b, p, ids, PD_STATS_MAX_PEERS);
+	n = pd_broker_peers_describe(b, p, ids, PD_STATS_MAX_PEERS);
 	answer_rows(pk, n);
 	for (uint32_t i = 0; i < n; i++)
 		pack_peer(pk, &p[i], pd_realtime_ns(), live[ids[i]]);
@@ -297,7 +297,7 @@ static void cmd_cancel(struct pd_broker *b, const struct args *a, msgpack_packer
 		n += pd_tx_cancel(b->tx, id, a->req_id_len, PD_TX_ANY_RANK, now) > 0;
 	if (b->rx)
 		n += pd_rx_cancel(b->rx, id, a->req_id_len, now) > 0;
-	broker_fail_unreachable(b);
+	pd_broker_fail_unreachable(b);
 	if (n == 0) {
 		answer_error(pk, "no live request with that req_id");
 		return;

@@ -51,15 +51,15 @@ static void on_tick(void *ctx)
 	uint64_t now = pd_now_ns();
 
 	pd_agents_tick(b->agents, now);
-	broker_waiters_expire(b, now);
+	pd_broker_waiters_expire(b, now);
 	if (b->rx)
 		(void)pd_rx_tick(b->rx, now);
 	if (b->tx)
 		(void)pd_tx_tick(b->tx, now);
 	pd_ctrl_tick(b->ctrl, now);
-	broker_xport_tick(b); /* a peer gone unannounced (shm: its segment) fails */
+	pd_broker_xport_tick(b); /* a peer gone unannounced (shm: its segment) fails */
 	pd_admin_tick(b->admin, now);
-	broker_stats_publish(b);
+	pd_broker_stats_publish(b);
 	if (b->stopping)
 		check_drained(b, now);
 }
@@ -69,7 +69,7 @@ static void before_sleep(void *ctx)
 	struct pd_broker *b = ctx;
 
 	pd_agents_before_sleep(b->agents);
-	broker_fail_unreachable(b);
+	pd_broker_fail_unreachable(b);
 }
 
 static void on_signal(void *ctx)
@@ -183,7 +183,7 @@ static int make_ctrl(struct pd_broker *b, char *err, size_t errlen)
 				  .heartbeat_ns = b->cfg.heartbeat_ns };
 	int rc;
 
-	o.nxports = broker_hello_xports(b, o.xport, o.addr);
+	o.nxports = pd_broker_hello_xports(b, o.xport, o.addr);
 	if (b->offer[PD_XPORT_RDMA].addr[0]) { /* "rdma" offered: the recv arena's key and base */
 		o.rdma_rkey = b->offer[PD_XPORT_RDMA].rdma_rkey;
 		o.rdma_base = b->offer[PD_XPORT_RDMA].rdma_base;
@@ -253,7 +253,7 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	LIST_INIT(&b->waiters);
 	RB_INIT(&b->wbatches);
 	(void)pthread_mutex_init(&b->tok_lock, NULL);
-	rc = broker_scratch_alloc(b);
+	rc = pd_broker_scratch_alloc(b);
 	if (rc == 0)
 		rc = pick_transport(b);
 	if (rc == 0)
@@ -267,7 +267,7 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	if (rc == 0)
 		rc = make_engines(b);
 	if (rc == 0)
-		rc = broker_xport_init(b, err, errlen);
+		rc = pd_broker_xport_init(b, err, errlen);
 	if (rc == 0)
 		rc = make_ctrl(b, err, errlen);
 	if (rc == 0)
@@ -277,7 +277,7 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 		return rc;
 	}
 	(void)snprintf(b->data_addr, sizeof(b->data_addr), "%s", b->offer[PD_XPORT_TCP].addr);
-	broker_stats_publish(b);
+	pd_broker_stats_publish(b);
 	pd_segment_publish(&b->shm.seg);
 	PD_LOG(INFO, ctl, "broker %s ready: ctrl %s, data %s, epoch %llu", b->cfg.name,
 	       pd_ctrl_endpoint(b->ctrl), b->data_addr, (unsigned long long)b->epoch);
@@ -301,7 +301,7 @@ void pd_broker_destroy(struct pd_broker *b)
 	pd_admin_destroy(b->admin);
 	pd_ctrl_goodbye(b->ctrl);
 	pd_ctrl_destroy(b->ctrl);
-	broker_xport_fini(b); /* threads joined, QPs gone: nothing lands, nothing is read */
+	pd_broker_xport_fini(b); /* threads joined, QPs gone: nothing lands, nothing is read */
 	pd_tx_destroy(b->tx);
 	pd_rx_destroy(b->rx);
 	pd_agents_destroy(b->agents);
@@ -310,11 +310,11 @@ void pd_broker_destroy(struct pd_broker *b)
 		LIST_REMOVE(w, link);
 		free(w);
 	}
-	broker_wbatches_free(b);
+	pd_broker_wbatches_free(b);
 	if (b->have_shm)
 		pd_layout_close(&b->shm);
 	free(b->grant);
-	broker_scratch_free(b);
+	pd_broker_scratch_free(b);
 	free(b->acct);
 	(void)pthread_mutex_destroy(&b->tok_lock);
 	free(b);

@@ -72,7 +72,7 @@ static int submit_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *
 				  .req_id_len = p->req_id_len, .rank = p->rank,
 				  .world_size = p->world_size, .total_chunks = p->total_chunks,
 				  .is_last = p->last, .n = n - 1, .chunks = ch };
-	int rc = broker_peer_of(b, p->endpoint, p->endpoint_len, &s.peer);
+	int rc = pd_broker_peer_of(b, p->endpoint, p->endpoint_len, &s.peer);
 
 	s.tag = pd_req_tag(p->req_id, p->req_id_len);
 	if (rc < 0 || (rc = pd_tx_submit(b->tx, &s, pd_now_ns())) == -EINVAL || rc == -ENOMEM) {
@@ -119,7 +119,7 @@ static void on_declare(struct pd_broker *b, uint32_t agent, const struct pd_sqe 
 				   .req_id_len = p->req_id_len, .rank = p->rank,
 				   .world_size = p->world_size, .total_chunks = p->total_chunks,
 				   .timeout_ns = (uint64_t)e->arg * PD_NS_PER_MS };
-	int rc = b->tx ? broker_peer_of(b, p->endpoint, p->endpoint_len, &d.peer) : -EINVAL;
+	int rc = b->tx ? pd_broker_peer_of(b, p->endpoint, p->endpoint_len, &d.peer) : -EINVAL;
 
 	d.tag = pd_req_tag(p->req_id, p->req_id_len);
 	if (rc == 0)
@@ -158,7 +158,7 @@ static void answer(struct pd_broker *b, struct waiter *w, int32_t status, uint32
 }
 
 /* Answer every agent waiting for this request. */
-void broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
+void pd_broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
 			uint32_t chunks, uint64_t tag)
 {
 	struct waiter *w, *next;
@@ -270,7 +270,7 @@ static void on_attach(void *ctx, uint32_t agent, const struct pd_agent_slot *s)
 
 /* Waits whose caller gave up: answer -ETIME (not a request's status: the
  * agent takes it as its own timeout, or drops it) so they do not pile up. */
-void broker_waiters_expire(struct pd_broker *b, uint64_t now)
+void pd_broker_waiters_expire(struct pd_broker *b, uint64_t now)
 {
 	struct waiter *w, *next;
 

@@ -141,66 +141,66 @@ struct pd_broker {
 
 /* pd_broker_agents.c */
 extern const struct pd_agents_ops pd_broker_agent_ops;
-void broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
+void pd_broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
 			uint32_t chunks, uint64_t tag);
-void broker_waiters_expire(struct pd_broker *b, uint64_t now);
+void pd_broker_waiters_expire(struct pd_broker *b, uint64_t now);
 
 /* pd_broker_net.c */
 extern const struct pd_tx_ops pd_broker_tx_ops;
 extern const struct pd_rx_ops pd_broker_rx_ops;
 extern const struct pd_ctrl_ops pd_broker_ctrl_ops;
-extern const struct pd_xport_up pd_broker_xport_up;
-int broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer);
+extern const struct pd_xport_up pd_broker_up_ops;
+int pd_broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer);
 /* The token our data connections present (both sides derive it from our Hello). */
-uint64_t broker_data_token(const struct pd_broker *b);
-void broker_wbatches_free(struct pd_broker *b);
-void broker_fail_unreachable(struct pd_broker *b);
-int broker_scratch_alloc(struct pd_broker *b);
-void broker_scratch_free(struct pd_broker *b);
+uint64_t pd_broker_data_token(const struct pd_broker *b);
+void pd_broker_wbatches_free(struct pd_broker *b);
+void pd_broker_fail_unreachable(struct pd_broker *b);
+int pd_broker_scratch_alloc(struct pd_broker *b);
+void pd_broker_scratch_free(struct pd_broker *b);
 /* A write of batch seq ended (any transport). */
-void broker_write_ended(struct pd_broker *b, uint64_t seq, int status);
+void pd_broker_write_ended(struct pd_broker *b, uint64_t seq, int status);
 /* n completions polled from a data transport: writes ended, peers failed. */
-void broker_cpls_handle(struct pd_broker *b, const struct pd_cpl *c, int n);
+void pd_broker_cpls_handle(struct pd_broker *b, const struct pd_cpl *c, int n);
 
 /* pd_broker_xport.c: the data transports, set up, chosen per peer and driven
  * through the interface only */
-int broker_xport_init(struct pd_broker *b, char *err, size_t errlen);
-void broker_xport_fini(struct pd_broker *b);
+int pd_broker_xport_init(struct pd_broker *b, char *err, size_t errlen);
+void pd_broker_xport_fini(struct pd_broker *b);
 /* The transports of our Hello, by preference; returns how many. */
-uint32_t broker_hello_xports(const struct pd_broker *b, const char **xport, const char **addr);
-void broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h);
-void broker_xport_down(struct pd_broker *b, uint32_t peer);
-void broker_xport_tick(struct pd_broker *b);
+uint32_t pd_broker_hello_xports(const struct pd_broker *b, const char **xport, const char **addr);
+void pd_broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h);
+void pd_broker_xport_down(struct pd_broker *b, uint32_t peer);
+void pd_broker_xport_tick(struct pd_broker *b);
 /* The transport name and why, for pdctl; and its connections to peer. */
-void broker_xport_describe(const struct pd_broker *b, uint32_t peer, char *name, size_t nlen,
+void pd_broker_xport_describe(const struct pd_broker *b, uint32_t peer, char *name, size_t nlen,
 			   char *why, size_t wlen);
-uint32_t broker_xport_lanes(const struct pd_broker *b, uint32_t peer);
+uint32_t pd_broker_xport_lanes(const struct pd_broker *b, uint32_t peer);
 /* tx ops: 1 when the batch must not be sent (--require not met: failed in
  * before_sleep). */
-int broker_xport_refuse(struct pd_broker *b, const struct pd_tx_batch_view *v);
+int pd_broker_xport_refuse(struct pd_broker *b, const struct pd_tx_batch_view *v);
 /* The transport id to write to peer with, or why not (< 0: the refusal of
  * --require, -ENOTCONN without that transport). */
-int broker_xport_of(const struct pd_broker *b, uint32_t peer);
+int pd_broker_xport_of(const struct pd_broker *b, uint32_t peer);
 /* Post the writes of a batch (remote set) with the peer's transport; each
  * one posted counts in *posted. 0, or the first error (see tx ops). */
-int broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted);
-void broker_fail_refused(struct pd_broker *b);
+int pd_broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted);
+void pd_broker_fail_refused(struct pd_broker *b);
 /* The transports as this broker serves them, "rdma,tcp" (for status). */
-void broker_xport_list(const struct pd_broker *b, char *out, size_t len);
+void pd_broker_xport_list(const struct pd_broker *b, char *out, size_t len);
 /* "name.counter" values of every transport set up, at most max. */
-uint32_t broker_xport_counters(const struct pd_broker *b, char (*names)[PD_STATS_NAME_MAX + 1],
+uint32_t pd_broker_xport_counters(const struct pd_broker *b, char (*names)[PD_STATS_NAME_MAX + 1],
 			       uint64_t *values, uint32_t max);
 
 /* pd_broker_recv.c: lengths of granted chunks, and a PutDone vetted against the grants. */
-void broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
+void pd_broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
 			 uint32_t n);
-void broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q);
-void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d);
+void pd_broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q);
+void pd_broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d);
 
 /* pd_broker_stats.c */
-void broker_stats_publish(struct pd_broker *b);
+void pd_broker_stats_publish(struct pd_broker *b);
 /* Up to max peers (canonical ids, with ids[i] when ids is not NULL). */
-uint32_t broker_peers_describe(const struct pd_broker *b, struct pd_stat_peer *out,
+uint32_t pd_broker_peers_describe(const struct pd_broker *b, struct pd_stat_peer *out,
 			       uint32_t *ids, uint32_t max);
 
 #endif

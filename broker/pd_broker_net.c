@@ -18,7 +18,7 @@ static int wb_cmp(const struct wbatch *a, const struct wbatch *b)
 RB_GENERATE_STATIC(wb_tree, wbatch, node, wb_cmp)
 #undef __unused
 
-int broker_scratch_alloc(struct pd_broker *b)
+int pd_broker_scratch_alloc(struct pd_broker *b)
 {
 	size_t n = (PD_PUT_MAX_CHUNKS > PD_WIRE_MAX_KEYS ? PD_PUT_MAX_CHUNKS : PD_WIRE_MAX_KEYS) + 1;
 
@@ -31,7 +31,7 @@ int broker_scratch_alloc(struct pd_broker *b)
 	       -ENOMEM;
 }
 
-void broker_scratch_free(struct pd_broker *b)
+void pd_broker_scratch_free(struct pd_broker *b)
 {
 	free(b->sc_chunks);
 	free(b->sc_refs);
@@ -40,7 +40,7 @@ void broker_scratch_free(struct pd_broker *b)
 	free(b->sc_rxkeys);
 }
 
-void broker_wbatches_free(struct pd_broker *b)
+void pd_broker_wbatches_free(struct pd_broker *b)
 {
 	struct wbatch *w;
 
@@ -50,7 +50,7 @@ void broker_wbatches_free(struct pd_broker *b)
 	}
 }
 
-int broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer)
+int pd_broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer)
 {
 	char buf[PD_ENDPOINT_MAX + 1];
 
@@ -73,7 +73,7 @@ static void send_msg(struct pd_broker *b, uint32_t peer, const struct pd_msg *m)
 		b->unreachable[b->nunreachable++] = peer;
 }
 
-void broker_fail_unreachable(struct pd_broker *b)
+void pd_broker_fail_unreachable(struct pd_broker *b)
 {
 	while (b->nunreachable) {
 		uint32_t peer = b->unreachable[--b->nunreachable];
@@ -81,7 +81,7 @@ void broker_fail_unreachable(struct pd_broker *b)
 		if (b->tx)
 			(void)pd_tx_peer_failed(b->tx, peer, -ENOTCONN, pd_now_ns());
 	}
-	broker_fail_refused(b);
+	pd_broker_fail_refused(b);
 }
 
 /* ---- sender engine callbacks ------------------------------------------------------- */
@@ -93,7 +93,7 @@ static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
 	uint32_t *lens = b->sc_lens;
 	struct pd_msg m = { .type = PD_MSG_ALLOC_REQ };
 
-	if (broker_xport_refuse(b, v))
+	if (pd_broker_xport_refuse(b, v))
 		return; /* failed in before_sleep, as if the receiver had refused it */
 	for (uint32_t i = 0; i < v->n; i++) {
 		keys[i] = (struct pd_bytes){ .p = v->chunks[i].key, .len = v->chunks[i].klen };
@@ -111,7 +111,7 @@ static void tx_send_reserve(void *ctx, const struct pd_tx_batch_view *v)
 	struct pd_broker *b = ctx;
 	struct pd_msg m = { .type = PD_MSG_RESERVE };
 
-	if (broker_xport_refuse(b, v))
+	if (pd_broker_xport_refuse(b, v))
 		return; /* --require not met: failed in before_sleep */
 	m.u.reserve = (struct pd_msg_reserve){ .seq = v->seq,
 					       .req_id = { v->req_id, v->req_id_len },
@@ -123,7 +123,7 @@ static void tx_send_reserve(void *ctx, const struct pd_tx_batch_view *v)
 static int tx_write(void *ctx, const struct pd_tx_batch_view *v)
 {
 	struct pd_broker *b = ctx;
-	int rc = broker_xport_of(b, v->peer);
+	int rc = pd_broker_xport_of(b, v->peer);
 	struct wbatch *w;
 
 	if (rc < 0)
@@ -133,7 +133,7 @@ static int tx_write(void *ctx, const struct pd_tx_batch_view *v)
 		return -ENOMEM;
 	w->seq = v->seq;
 	RB_INSERT(wb_tree, &b->wbatches, w);
-	rc = broker_xport_post(b, v, &w->left);
+	rc = pd_broker_xport_post(b, v, &w->left);
 	if (w->left == 0) { /* nothing posted (the engine sends no empty batch) */
 		RB_REMOVE(wb_tree, &b->wbatches, w);
 		free(w);
@@ -243,7 +243,7 @@ static void rx_reply(void *ctx, uint32_t peer, uint64_t seq, int32_t err, const 
 	/* The lengths first (data threads read them once the grant is seen),
 	 * then open the granted slots to this peer's writes (not the
 	 * deduplicated ones). An error reply forgets what was held. */
-	broker_lens_granted(b, peer, seq, remote, err ? 0 : n);
+	pd_broker_lens_granted(b, peer, seq, remote, err ? 0 : n);
 	for (uint32_t i = 0; err == 0 && i < n; i++) {
 		if (k < nalready && already[k] == (int32_t)i) {
 			k++;
@@ -264,12 +264,12 @@ static void rx_ready(void *ctx, const struct pd_rx_req_view *v)
 	struct pd_broker *b = ctx;
 
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_CHUNKS_RECV], v->need);
-	broker_recv_answer(b, v->req_id, v->req_id_len, 0, v->need, v->tag);
+	pd_broker_recv_answer(b, v->req_id, v->req_id_len, 0, v->need, v->tag);
 }
 
 static void rx_failed(void *ctx, const struct pd_rx_req_view *v, int32_t err)
 {
-	broker_recv_answer(ctx, v->req_id, v->req_id_len, err, v->need, v->tag);
+	pd_broker_recv_answer(ctx, v->req_id, v->req_id_len, err, v->need, v->tag);
 }
 
 const struct pd_rx_ops pd_broker_rx_ops = {
@@ -296,7 +296,7 @@ static void on_alloc_req(struct pd_broker *b, uint32_t peer, const struct pd_msg
 	b->cur_req = q; /* its lengths, for the grants answered now */
 	b->cur_peer = peer;
 	if (pd_rx_alloc(b->rx, &a, pd_now_ns()) == 1)
-		broker_lens_hold(b, peer, q); /* held for admission: answered later */
+		pd_broker_lens_hold(b, peer, q); /* held for admission: answered later */
 	b->cur_req = NULL;
 }
 
@@ -338,7 +338,7 @@ static void on_msg(void *ctx, uint32_t peer, const struct pd_msg *m)
 		on_reserve(b, peer, &m->u.reserve);
 		break;
 	case PD_MSG_PUT_DONE:
-		broker_put_done(b, peer, &m->u.put_done);
+		pd_broker_put_done(b, peer, &m->u.put_done);
 		break;
 	case PD_MSG_CANCEL:
 		if (b->rx)
@@ -364,7 +364,7 @@ static uint64_t token_of(const uint8_t *name, uint32_t len, uint64_t epoch)
 	return pd_req_tag(name, len) ^ (epoch * 0x9e3779b97f4a7c15ull) ^ 1;
 }
 
-uint64_t broker_data_token(const struct pd_broker *b)
+uint64_t pd_broker_data_token(const struct pd_broker *b)
 {
 	return token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name), b->epoch);
 }
@@ -380,7 +380,7 @@ static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
 	PD_LOG(INFO, ctl, "peer %u (%.*s) up", peer, (int)h->name.len, (const char *)h->name.p);
-	broker_xport_up(b, peer, h);
+	pd_broker_xport_up(b, peer, h);
 }
 
 static void on_peer_down(void *ctx, uint32_t peer, int err)
@@ -395,7 +395,7 @@ static void on_peer_down(void *ctx, uint32_t peer, int err)
 		atomic_store(&b->unseen_in[peer], 0);
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
-	broker_xport_down(b, peer); /* its writes complete (shm unmapped once they did) */
+	pd_broker_xport_down(b, peer); /* its writes complete (shm unmapped once they did) */
 	if (b->tx)
 		(void)pd_tx_peer_failed(b->tx, peer, err, now);
 	if (b->rx)
@@ -469,11 +469,11 @@ static void up_landed(void *ctx, uint32_t peer, uint32_t slot, uint32_t len, int
 	}
 }
 
-const struct pd_xport_up pd_broker_xport_up = {
+const struct pd_xport_up pd_broker_up_ops = {
 	.accept_peer = up_accept, .claim = up_claim, .landed = up_landed,
 };
 
-void broker_write_ended(struct pd_broker *b, uint64_t seq, int status)
+void pd_broker_write_ended(struct pd_broker *b, uint64_t seq, int status)
 {
 	struct wbatch key = { .seq = seq }, *w = RB_FIND(wb_tree, &b->wbatches, &key);
 
@@ -488,11 +488,11 @@ void broker_write_ended(struct pd_broker *b, uint64_t seq, int status)
 	free(w);
 }
 
-void broker_cpls_handle(struct pd_broker *b, const struct pd_cpl *c, int n)
+void pd_broker_cpls_handle(struct pd_broker *b, const struct pd_cpl *c, int n)
 {
 	for (int i = 0; i < n; i++) {
 		if (c[i].kind == PD_CPL_WRITE)
-			broker_write_ended(b, c[i].cookie, c[i].status);
+			pd_broker_write_ended(b, c[i].cookie, c[i].status);
 		else if (pd_ctrl_peer_reset(b->ctrl, c[i].peer, c[i].status) <= 0 && b->tx)
 			(void)pd_tx_peer_failed(b->tx, c[i].peer, c[i].status, pd_now_ns());
 	}

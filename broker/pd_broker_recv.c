@@ -16,7 +16,7 @@
 /* Granted: remember each chunk's length (the PutDone of an shm write is
  * the only time its bytes are counted). The lengths come from the
  * AllocRequest being handled, or from the one held for admission. */
-void broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
+void pd_broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
 			 uint32_t n)
 {
 	const struct pd_msg_alloc_req *q = b->cur_req;
@@ -42,7 +42,7 @@ void broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const
 	free(h);
 }
 
-void broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q)
+void pd_broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q)
 {
 	struct held_lens *h;
 
@@ -82,7 +82,7 @@ static uint32_t first_of(uint32_t mask)
  * arrived, and is refused the same way. Unseen bytes are counted here
  * (seen ones were counted as they landed).
  */
-void broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
+void pd_broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
 {
 	uint32_t via = unseen_from(b, peer);
 	uint64_t bytes = 0, chunks = 0;

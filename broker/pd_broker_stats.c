@@ -133,7 +133,7 @@ static void put_xports(struct pub *p, const struct pd_broker *b)
 {
 	char names[128][PD_STATS_NAME_MAX + 1];
 	uint64_t v[128];
-	uint32_t n = broker_xport_counters(b, names, v, 128);
+	uint32_t n = pd_broker_xport_counters(b, names, v, 128);
 
 	for (uint32_t i = 0; i < n; i++)
 		pd_stats_set(p->s, p->n++, names[i], C, v[i]);
@@ -194,7 +194,7 @@ static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now
 
 	(void)snprintf(i->ctrl, sizeof(i->ctrl), "%s", pd_ctrl_endpoint(b->ctrl));
 	(void)strlcpy(i->data, b->data_addr, sizeof(i->data));
-	broker_xport_list(b, i->transport, sizeof(i->transport));
+	pd_broker_xport_list(b, i->transport, sizeof(i->transport));
 	i->start_ns = b->shm.seg.hdr->broker_start_ns;
 	i->epoch = b->epoch;
 	i->pid = b->shm.seg.hdr->broker_pid;
@@ -220,9 +220,9 @@ static void put_peer(struct pd_stat_peer *d, const struct pd_broker *b, uint32_t
 		(void)snprintf(d->name, sizeof(d->name), "%.*s", (int)pi->hello->name.len,
 			       (const char *)pi->hello->name.p);
 	(void)snprintf(d->ctrl, sizeof(d->ctrl), "%s", pi->endpoint ? pi->endpoint : "");
-	broker_xport_describe(b, id, d->transport, sizeof(d->transport), d->why, sizeof(d->why));
+	pd_broker_xport_describe(b, id, d->transport, sizeof(d->transport), d->why, sizeof(d->why));
 	d->state = pi->state;
-	d->lanes = broker_xport_lanes(b, id);
+	d->lanes = pd_broker_xport_lanes(b, id);
 	d->epoch = pi->epoch;
 	d->last_seen_ns = pi->last_rx_ns && now > pi->last_rx_ns ?
 				  pd_realtime_ns() - (now - pi->last_rx_ns) : 0;
@@ -232,7 +232,7 @@ static void put_peer(struct pd_stat_peer *d, const struct pd_broker *b, uint32_t
 	d->chunks_rx = atomic_load_explicit(&ac->chunks_rx, memory_order_relaxed);
 }
 
-uint32_t broker_peers_describe(const struct pd_broker *b, struct pd_stat_peer *out,
+uint32_t pd_broker_peers_describe(const struct pd_broker *b, struct pd_stat_peer *out,
 			       uint32_t *ids, uint32_t max)
 {
 	struct pd_ctrl_peer_info pi;
@@ -253,7 +253,7 @@ uint32_t broker_peers_describe(const struct pd_broker *b, struct pd_stat_peer *o
 	return n;
 }
 
-void broker_stats_publish(struct pd_broker *b)
+void pd_broker_stats_publish(struct pd_broker *b)
 {
 	struct pd_stats *s = b->shm.stats;
 	struct pub p = { .s = s };
@@ -265,7 +265,7 @@ void broker_stats_publish(struct pd_broker *b)
 	put_values(&p, b);
 	s->nvalues = p.n;
 	put_info(s, b, now);
-	s->npeers = broker_peers_describe(b, s->peer, NULL, PD_STATS_MAX_PEERS);
+	s->npeers = pd_broker_peers_describe(b, s->peer, NULL, PD_STATS_MAX_PEERS);
 	put_hist(s, PD_HIST_ADMIT_WAIT, "admit_wait", b->rx ? pd_rx_wait_hist(b->rx) : NULL);
 	put_hist(s, PD_HIST_TRANSFER, "transfer", b->rx ? pd_rx_xfer_hist(b->rx) : NULL);
 	put_hist(s, PD_HIST_REQUEST, "request", b->tx ? pd_tx_req_hist(b->tx) : NULL);

@@ -60,7 +60,7 @@ static void drain(void *ctx, uint32_t events)
 
 	(void)events;
 	while ((n = d->x->ops->poll(d->x, c, 64)) > 0)
-		broker_cpls_handle(d->b, c, n);
+		pd_broker_cpls_handle(d->b, c, n);
 }
 
 static struct pd_xport_env env_of(struct pd_broker *b)
@@ -69,7 +69,7 @@ static struct pd_xport_env env_of(struct pd_broker *b)
 				      .rdma_dev = b->cfg.rdma_dev,
 				      .threads = b->cfg.data_threads, .rdma_qps = b->cfg.rdma_qps,
 				      .queue_depth = b->cfg.send_slots,
-				      .max_frame = b->cfg.slot_size, .up = &pd_broker_xport_up,
+				      .max_frame = b->cfg.slot_size, .up = &pd_broker_up_ops,
 				      .ctx = b };
 }
 
@@ -147,7 +147,7 @@ static int tables_alloc(struct pd_broker *b)
 	return b->px && b->sc_idx && (!b->shm.has_recv || b->slot_len) ? 0 : -ENOMEM;
 }
 
-int broker_xport_init(struct pd_broker *b, char *err, size_t errlen)
+int pd_broker_xport_init(struct pd_broker *b, char *err, size_t errlen)
 {
 	uint32_t mask = b->cfg.transport.mask | (1u << PD_XPORT_TCP);
 	int rc;
@@ -161,7 +161,7 @@ int broker_xport_init(struct pd_broker *b, char *err, size_t errlen)
 	return rc;
 }
 
-void broker_xport_fini(struct pd_broker *b)
+void pd_broker_xport_fini(struct pd_broker *b)
 {
 	struct held_lens *h;
 
@@ -187,7 +187,7 @@ void broker_xport_fini(struct pd_broker *b)
 }
 
 /* Ours by preference, offered ones only, then tcp, always there as the fallback. */
-uint32_t broker_hello_xports(const struct pd_broker *b, const char **xport, const char **addr)
+uint32_t pd_broker_hello_xports(const struct pd_broker *b, const char **xport, const char **addr)
 {
 	const struct pd_cfg_xports *t = &b->cfg.transport;
 	uint32_t n = 0;
@@ -207,7 +207,7 @@ uint32_t broker_hello_xports(const struct pd_broker *b, const char **xport, cons
 	return n;
 }
 
-void broker_xport_list(const struct pd_broker *b, char *out, size_t len)
+void pd_broker_xport_list(const struct pd_broker *b, char *out, size_t len)
 {
 	const struct pd_cfg_xports *t = &b->cfg.transport;
 	size_t n = 0;
@@ -254,7 +254,7 @@ static void peer_of(const struct pd_broker *b, const struct pd_msg_hello *h, uin
 	s->p.recv_slots = h->recv_slots;
 	s->p.rdma_rkey = h->rdma_rkey;
 	s->p.rdma_base = h->rdma_base;
-	s->p.token = broker_data_token(b);
+	s->p.token = pd_broker_data_token(b);
 }
 
 static int try_xport(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h,
@@ -354,7 +354,7 @@ static uint32_t admitted(const struct pd_broker *b, const struct pd_msg_hello *h
 	return mask;
 }
 
-void broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h)
+void pd_broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h)
 {
 	struct peer_xport *x;
 	char r[PD_XPORT_WHY_MAX];
@@ -371,7 +371,7 @@ void broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hel
 		choose_for(b, peer, h, x);
 }
 
-void broker_xport_down(struct pd_broker *b, uint32_t peer)
+void pd_broker_xport_down(struct pd_broker *b, uint32_t peer)
 {
 	struct held_lens *h, *next;
 
@@ -393,14 +393,14 @@ void broker_xport_down(struct pd_broker *b, uint32_t peer)
 	}
 }
 
-void broker_xport_tick(struct pd_broker *b)
+void pd_broker_xport_tick(struct pd_broker *b)
 {
 	for (uint32_t id = 0; id < PD_XPORT_MAX; id++)
 		if (b->xp[id] && b->xp[id]->ops->tick)
 			b->xp[id]->ops->tick(b->xp[id]);
 }
 
-void broker_xport_describe(const struct pd_broker *b, uint32_t peer, char *name, size_t nlen,
+void pd_broker_xport_describe(const struct pd_broker *b, uint32_t peer, char *name, size_t nlen,
 			   char *why, size_t wlen)
 {
 	const struct peer_xport *x = peer < MAX_TOKENS ? &b->px[peer] : NULL;
@@ -415,15 +415,15 @@ void broker_xport_describe(const struct pd_broker *b, uint32_t peer, char *name,
 	}
 }
 
-uint32_t broker_xport_lanes(const struct pd_broker *b, uint32_t peer)
+uint32_t pd_broker_xport_lanes(const struct pd_broker *b, uint32_t peer)
 {
-	int id = broker_xport_of(b, peer);
+	int id = pd_broker_xport_of(b, peer);
 	const struct pd_xport *x = id >= 0 ? b->xp[id] : NULL;
 
 	return x && peer < MAX_TOKENS && b->px[peer].chosen ? x->ops->lanes(x, peer) : 0;
 }
 
-uint32_t broker_xport_counters(const struct pd_broker *b, char (*names)[PD_STATS_NAME_MAX + 1],
+uint32_t pd_broker_xport_counters(const struct pd_broker *b, char (*names)[PD_STATS_NAME_MAX + 1],
 			       uint64_t *values, uint32_t max)
 {
 	const char *nm[64];
@@ -444,7 +444,7 @@ uint32_t broker_xport_counters(const struct pd_broker *b, char (*names)[PD_STATS
 
 /* ---- sending ------------------------------------------------------------------------- */
 
-int broker_xport_of(const struct pd_broker *b, uint32_t peer)
+int pd_broker_xport_of(const struct pd_broker *b, uint32_t peer)
 {
 	const struct peer_xport *x = peer < MAX_TOKENS ? &b->px[peer] : NULL;
 	uint32_t id = x && x->send ? x->send - 1 : PD_XPORT_TCP;
@@ -456,9 +456,9 @@ int broker_xport_of(const struct pd_broker *b, uint32_t peer)
 	return (int)id;
 }
 
-int broker_xport_refuse(struct pd_broker *b, const struct pd_tx_batch_view *v)
+int pd_broker_xport_refuse(struct pd_broker *b, const struct pd_tx_batch_view *v)
 {
-	int rc = broker_xport_of(b, v->peer);
+	int rc = pd_broker_xport_of(b, v->peer);
 
 	if (rc >= 0 || b->nrefused >= MAX_REFUSED)
 		return 0; /* (full: sent; its write is refused instead) */
@@ -469,7 +469,7 @@ int broker_xport_refuse(struct pd_broker *b, const struct pd_tx_batch_view *v)
 }
 
 /* As if the receiver had answered with the error: the request fails. */
-void broker_fail_refused(struct pd_broker *b)
+void pd_broker_fail_refused(struct pd_broker *b)
 {
 	while (b->nrefused) {
 		uint32_t i = --b->nrefused;
@@ -491,9 +491,9 @@ static int post_some(struct pd_xport *x, uint32_t peer, const struct pd_xfer *v,
 	return rc < 0 ? rc : (uint32_t)rc < k ? -EAGAIN : 0;
 }
 
-int broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted)
+int pd_broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted)
 {
-	int id = broker_xport_of(b, v->peer);
+	int id = pd_broker_xport_of(b, v->peer);
 	struct pd_xport *x = id >= 0 ? b->xp[id] : NULL;
 	struct pd_xfer t[64];
 	uint32_t k = 0;

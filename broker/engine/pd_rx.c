@@ -21,7 +21,7 @@ static int req_cmp(const struct rx_req *a, const struct rx_req *b)
 RB_GENERATE_STATIC(rx_tree, rx_req, by_id, req_cmp)
 #undef __unused
 
-struct rx_req *rx_find(struct pd_rx *rx, const uint8_t *id, uint32_t len)
+struct rx_req *pd_rx_find(struct pd_rx *rx, const uint8_t *id, uint32_t len)
 {
 	struct rx_req key;
 
@@ -32,13 +32,13 @@ struct rx_req *rx_find(struct pd_rx *rx, const uint8_t *id, uint32_t len)
 	return RB_FIND(rx_tree, &rx->by_id, &key);
 }
 
-void rx_tree_add(struct pd_rx *rx, struct rx_req *r)
+void pd_rx_tree_add(struct pd_rx *rx, struct rx_req *r)
 {
 	RB_INSERT(rx_tree, &rx->by_id, r);
 	r->in_tree = 1;
 }
 
-void rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
+void pd_rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 {
 	r->last_ns = now_ns;
 	if (r->on_live)
@@ -47,7 +47,7 @@ void rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 	r->on_live = 1;
 }
 
-void rx_view(const struct rx_req *r, struct pd_rx_req_view *v)
+void pd_rx_view(const struct rx_req *r, struct pd_rx_req_view *v)
 {
 	*v = (struct pd_rx_req_view){ .req_id = r->id, .req_id_len = r->id_len, .tag = r->tag,
 				      .need = r->need, .committed = r->committed };
@@ -99,7 +99,7 @@ int pd_rx_create(const struct pd_rx_opts *o, struct pd_rx **out)
 	return 0;
 }
 
-void rx_req_free(struct pd_rx *rx, struct rx_req *r)
+void pd_rx_req_free(struct pd_rx *rx, struct rx_req *r)
 {
 	struct rx_held *h;
 
@@ -124,7 +124,7 @@ void pd_rx_destroy(struct pd_rx *rx)
 	if (!rx)
 		return;
 	while ((r = TAILQ_FIRST(&rx->all)))
-		rx_req_free(rx, r);
+		pd_rx_req_free(rx, r);
 	for (uint32_t i = 0; rx->chunks && i < rx->nslots; i++) {
 		struct rx_pin *p;
 
@@ -173,14 +173,14 @@ int pd_rx_put_done(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint3
 	if (!rx || (n && !slots) || (len && !req_id) || len > PD_REQ_ID_MAX)
 		return -EINVAL;
 	if (!put_done_valid(rx, peer, req_id, len, slots, n)) {
-		r = rx_find(rx, req_id, len);
+		r = pd_rx_find(rx, req_id, len);
 		if (!r || r->state == RX_TOMB) {
 			rx->st.late_putdone++;
 			return -ENOENT;
 		}
 		rx->st.proto_errors++;
-		rx_doom(rx, r, -EPROTO);
-		rx_settle(rx, now_ns);
+		pd_rx_doom(rx, r, -EPROTO);
+		pd_rx_settle(rx, now_ns);
 		return -EPROTO;
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -188,35 +188,35 @@ int pd_rx_put_done(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint3
 
 		if (c->state != CHUNK_GRANTED)
 			continue; /* named twice in this PutDone: committed already */
-		rx_touch(rx, c->writer, now_ns);
-		rx_commit(rx, c, now_ns);
+		pd_rx_touch(rx, c->writer, now_ns);
+		pd_rx_commit(rx, c, now_ns);
 	}
-	rx_settle(rx, now_ns);
+	pd_rx_settle(rx, now_ns);
 	return 0;
 }
 
 int pd_rx_cancel(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t now_ns)
 {
-	struct rx_req *r = rx ? rx_find(rx, req_id, len) : NULL;
+	struct rx_req *r = rx ? pd_rx_find(rx, req_id, len) : NULL;
 
 	if (!r || r->state == RX_TOMB)
 		return 0;
-	rx_doom(rx, r, -ECANCELED);
-	rx_settle(rx, now_ns);
+	pd_rx_doom(rx, r, -ECANCELED);
+	pd_rx_settle(rx, now_ns);
 	return 1;
 }
 
 int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t now_ns)
 {
-	struct rx_req *r = rx ? rx_find(rx, req_id, len) : NULL;
+	struct rx_req *r = rx ? pd_rx_find(rx, req_id, len) : NULL;
 
 	if (!r || r->state == RX_TOMB)
 		return -ENOENT;
 	if (r->state != RX_READY || r->in_work == WORK_DOOMED)
 		return -EBUSY;
 	rx->st.released++;
-	rx_end(rx, r, now_ns);
-	rx_settle(rx, now_ns);
+	pd_rx_end(rx, r, now_ns);
+	pd_rx_settle(rx, now_ns);
 	return 0;
 }
 
@@ -243,11 +243,11 @@ int pd_rx_peer_failed(struct pd_rx *rx, uint32_t peer, uint64_t now_ns)
 	TAILQ_FOREACH(r, &rx->all, all) {
 		/* A READY request has every byte: the decode side may still use it. */
 		if (r->state != RX_TOMB && r->state != RX_READY && from_peer(r, peer)) {
-			rx_doom(rx, r, -ENOTCONN);
+			pd_rx_doom(rx, r, -ENOTCONN);
 			n++;
 		}
 	}
-	rx_settle(rx, now_ns);
+	pd_rx_settle(rx, now_ns);
 	return n;
 }
 
@@ -255,7 +255,7 @@ int pd_rx_peer_failed(struct pd_rx *rx, uint32_t peer, uint64_t now_ns)
 
 static void on_expire(void *ctx, struct pd_adm_entry *e)
 {
-	rx_doom(ctx, pd_container_of(e, struct rx_req, adm), -ETIMEDOUT);
+	pd_rx_doom(ctx, pd_container_of(e, struct rx_req, adm), -ETIMEDOUT);
 }
 
 /* Live requests are kept least recently active first. */
@@ -269,7 +269,7 @@ static int expire_ttl(struct pd_rx *rx, uint64_t now_ns)
 			break;
 		if (r->in_work != WORK_DOOMED) {
 			rx->st.ttl_reclaimed++;
-			rx_doom(rx, r, -ETIMEDOUT);
+			pd_rx_doom(rx, r, -ETIMEDOUT);
 			n++;
 		}
 	}
@@ -283,7 +283,7 @@ static void expire_tombs(struct pd_rx *rx, uint64_t now_ns)
 	while ((r = TAILQ_FIRST(&rx->tombs)) && now_ns >= r->last_ns &&
 	       now_ns - r->last_ns >= rx->o.tombstone_ns) {
 		TAILQ_REMOVE(&rx->tombs, r, order);
-		rx_req_free(rx, r);
+		pd_rx_req_free(rx, r);
 	}
 }
 
@@ -291,8 +291,8 @@ void pd_rx_reap(struct pd_rx *rx, uint64_t now_ns)
 {
 	if (!rx || !rx->nzombies)
 		return;
-	rx_reap_zombies(rx);
-	rx_settle(rx, now_ns); /* reaped slots may admit waiters */
+	pd_rx_reap_zombies(rx);
+	pd_rx_settle(rx, now_ns); /* reaped slots may admit waiters */
 }
 
 int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns)
@@ -303,10 +303,10 @@ int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns)
 		return -EINVAL;
 	n = (int)pd_admit_expire(&rx->adm, now_ns, on_expire, rx);
 	n += expire_ttl(rx, now_ns);
-	rx_settle(rx, now_ns);
+	pd_rx_settle(rx, now_ns);
 	expire_tombs(rx, now_ns);
-	rx_reap_zombies(rx);
-	rx_settle(rx, now_ns); /* reaped slots may admit waiters */
+	pd_rx_reap_zombies(rx);
+	pd_rx_settle(rx, now_ns); /* reaped slots may admit waiters */
 	return n;
 }
 
@@ -326,12 +326,12 @@ uint32_t pd_rx_state(struct pd_rx *rx, const uint8_t *req_id, uint32_t len,
 {
 	static const uint32_t map[] = { [RX_WAITING] = PD_RX_WAITING, [RX_ACTIVE] = PD_RX_ACTIVE,
 					 [RX_READY] = PD_RX_READY, [RX_TOMB] = PD_RX_ENDED };
-	struct rx_req *r = rx ? rx_find(rx, req_id, len) : NULL;
+	struct rx_req *r = rx ? pd_rx_find(rx, req_id, len) : NULL;
 
 	if (!r || r->state > RX_TOMB || !map[r->state])
 		return PD_RX_UNKNOWN;
 	if (v)
-		rx_view(r, v);
+		pd_rx_view(r, v);
 	if (status)
 		*status = r->end_err;
 	return map[r->state];

@@ -57,7 +57,7 @@ static struct rx_req *new_req(struct pd_rx *rx, const struct pd_rx_alloc *a, uin
 	TAILQ_INSERT_TAIL(&rx->all, r, all);
 	rx->nreq++;
 	if (!r->anon)
-		rx_tree_add(rx, r);
+		pd_rx_tree_add(rx, r);
 	return r;
 }
 
@@ -87,13 +87,13 @@ static int start_req(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now
 	rc = pd_admit_request(&rx->adm, &r->adm, r->need, now_ns);
 	if (rc == 1) {
 		r->state = RX_WAITING;
-		rc = rx_hold(rx, r, a);
+		rc = pd_rx_hold(rx, r, a);
 		return rc < 0 ? 0 : 1;
 	}
 	PD_ASSERT(rc == 0);
 	r->state = RX_ACTIVE;
-	rx_touch(rx, r, now_ns);
-	return rx_run_batch(rx, r, a, now_ns);
+	pd_rx_touch(rx, r, now_ns);
+	return pd_rx_run_batch(rx, r, a, now_ns);
 }
 
 int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
@@ -110,7 +110,7 @@ int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
 		rx->st.reserves++;
 	else
 		rx->st.batches++;
-	r = rx_find(rx, a->req_id, a->req_id_len);
+	r = pd_rx_find(rx, a->req_id, a->req_id_len);
 	if (!r) {
 		rc = start_req(rx, a, now_ns);
 	} else if (r->state == RX_TOMB) {
@@ -118,11 +118,11 @@ int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
 		reply_err(rx, a, -ECANCELED);
 		rc = 0;
 	} else if (r->state == RX_WAITING) {
-		rc = rx_hold(rx, r, a) < 0 ? 0 : 1;
+		rc = pd_rx_hold(rx, r, a) < 0 ? 0 : 1;
 	} else {
-		rc = rx_run_batch(rx, r, a, now_ns);
+		rc = pd_rx_run_batch(rx, r, a, now_ns);
 	}
-	rx_settle(rx, now_ns);
+	pd_rx_settle(rx, now_ns);
 	return rc;
 }
 
@@ -149,7 +149,7 @@ static size_t held_size(const struct pd_rx_alloc *a)
 	return n;
 }
 
-int rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a)
+int pd_rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a)
 {
 	size_t bytes = held_size(a);
 	struct rx_held *h;
@@ -159,7 +159,7 @@ int rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a)
 	if (rx->held_bytes + bytes > rx->o.max_held_bytes || !(h = malloc(bytes))) {
 		rx->st.rejected_busy++;
 		reply_err(rx, a, -EBUSY);
-		rx_doom(rx, r, -EBUSY); /* a lost batch breaks the request */
+		pd_rx_doom(rx, r, -EBUSY); /* a lost batch breaks the request */
 		return -EBUSY;
 	}
 	h->bytes = bytes;
@@ -180,7 +180,7 @@ int rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a)
 	return 0;
 }
 
-void rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
+void pd_rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 {
 	struct rx_held *h;
 
@@ -190,7 +190,7 @@ void rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 	       (h = STAILQ_FIRST(&r->held))) {
 		STAILQ_REMOVE_HEAD(&r->held, link);
 		rx->held_bytes -= h->bytes;
-		(void)rx_run_batch(rx, r, &h->a, now_ns);
+		(void)pd_rx_run_batch(rx, r, &h->a, now_ns);
 		free(h);
 	}
 }
@@ -323,7 +323,7 @@ static int grant_fresh(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_al
 	return 0;
 }
 
-int rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
+int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
 		 uint64_t now_ns)
 {
 	uint32_t nalready;
@@ -332,7 +332,7 @@ int rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a
 	if (!batch_fits(r, a)) {
 		rx->st.proto_errors++;
 		reply_err(rx, a, -EPROTO);
-		rx_doom(rx, r, -EPROTO);
+		pd_rx_doom(rx, r, -EPROTO);
 		return 0;
 	}
 	nfresh = dedup_pass(rx, r, a, &nalready);
@@ -341,7 +341,7 @@ int rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a
 		rx->st.grant_errors += rc != -EPROTO;
 		rx->st.proto_errors += rc == -EPROTO;
 		reply_err(rx, a, rc);
-		rx_doom(rx, r, rc);
+		pd_rx_doom(rx, r, rc);
 		return 0;
 	}
 	rx->st.granted += (uint32_t)nfresh;
@@ -358,7 +358,7 @@ int rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a
 	}
 	rx->o.ops->reply(rx->o.ctx, a->peer, a->seq, 0, rx->remote, a->nkeys, rx->already,
 			 nalready);
-	rx_touch(rx, r, now_ns);
-	rx_check_ready(rx, r, now_ns);
+	pd_rx_touch(rx, r, now_ns);
+	pd_rx_check_ready(rx, r, now_ns);
 	return 0;
 }

@@ -16,7 +16,7 @@ static void work_remove(struct pd_rx *rx, struct rx_req *r)
 	r->in_work = WORK_NONE;
 }
 
-void rx_doom(struct pd_rx *rx, struct rx_req *r, int32_t err)
+void pd_rx_doom(struct pd_rx *rx, struct rx_req *r, int32_t err)
 {
 	if (r->in_work == WORK_DOOMED || r->state == RX_TOMB)
 		return;
@@ -26,7 +26,7 @@ void rx_doom(struct pd_rx *rx, struct rx_req *r, int32_t err)
 	TAILQ_INSERT_TAIL(&rx->doomed, r, work);
 }
 
-void rx_check_ready(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
+void pd_rx_check_ready(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 {
 	struct pd_rx_req_view v;
 
@@ -38,12 +38,12 @@ void rx_check_ready(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 					  now_ns - r->adm.admitted_ns : 0);
 	pd_admit_finish(&rx->adm, &r->adm); /* fully drawn: gives back nothing */
 	rx->st.ready++;
-	rx_touch(rx, r, now_ns); /* recv-ttl now counts time unconsumed */
-	rx_view(r, &v);
+	pd_rx_touch(rx, r, now_ns); /* recv-ttl now counts time unconsumed */
+	pd_rx_view(r, &v);
 	rx->o.ops->ready(rx->o.ctx, &v);
 }
 
-void rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns)
+void pd_rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns)
 {
 	struct rx_pin *p;
 
@@ -55,10 +55,10 @@ void rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns)
 	while ((p = LIST_FIRST(&c->pinners))) {
 		LIST_REMOVE(p, link);
 		p->req->committed++;
-		rx_check_ready(rx, p->req, now_ns);
+		pd_rx_check_ready(rx, p->req, now_ns);
 		free(p);
 	}
-	rx_check_ready(rx, c->writer, now_ns);
+	pd_rx_check_ready(rx, c->writer, now_ns);
 }
 
 /* ---- dropping what a request holds ------------------------------------------ */
@@ -94,7 +94,7 @@ static void free_chunk(struct pd_rx *rx, struct rx_chunk *c)
 	free_slot(rx, c);
 }
 
-void rx_reap_zombies(struct pd_rx *rx)
+void pd_rx_reap_zombies(struct pd_rx *rx)
 {
 	for (uint32_t i = 0; rx->nzombies && i < rx->nslots; i++) {
 		struct rx_chunk *c = &rx->chunks[i];
@@ -128,7 +128,7 @@ static void orphan(struct pd_rx *rx, struct rx_chunk *c)
 
 	while ((p = LIST_FIRST(&c->pinners))) {
 		LIST_REMOVE(p, link);
-		rx_doom(rx, p->req, -EPIPE);
+		pd_rx_doom(rx, p->req, -EPIPE);
 		free(p);
 	}
 	(void)index_drop(rx, c);
@@ -170,7 +170,7 @@ static void refuse_held(struct pd_rx *rx, struct rx_req *r, int32_t err)
 
 /* Everything the request holds goes back; it becomes a tombstone (an
  * anonymous one is simply freed). */
-void rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
+void pd_rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 {
 	work_remove(rx, r);
 	drop_chunks(rx, r);
@@ -181,7 +181,7 @@ void rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 		r->on_live = 0;
 	}
 	if (r->anon) {
-		rx_req_free(rx, r);
+		pd_rx_req_free(rx, r);
 		return;
 	}
 	r->state = RX_TOMB;
@@ -198,11 +198,11 @@ static void rollback(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 		rx->st.cancelled++;
 	else
 		rx->st.failed++;
-	rx_view(r, &v);
+	pd_rx_view(r, &v);
 	rx->o.ops->failed(rx->o.ctx, &v, err);
 	refuse_held(rx, r, err);
 	r->end_err = err; /* kept by the tombstone */
-	rx_end(rx, r, now_ns);
+	pd_rx_end(rx, r, now_ns);
 }
 
 static void on_admit(void *ctx, struct pd_adm_entry *e)
@@ -217,7 +217,7 @@ static void on_admit(void *ctx, struct pd_adm_entry *e)
 /* After every event: roll back the doomed (which frees capacity), admit
  * whoever now fits, run their held batches (which may doom more), until
  * nothing moves. Nothing here recurses. */
-void rx_settle(struct pd_rx *rx, uint64_t now_ns)
+void pd_rx_settle(struct pd_rx *rx, uint64_t now_ns)
 {
 	struct rx_req *r;
 
@@ -231,8 +231,8 @@ void rx_settle(struct pd_rx *rx, uint64_t now_ns)
 		if ((r = TAILQ_FIRST(&rx->admitted))) {
 			work_remove(rx, r);
 			r->state = RX_ACTIVE;
-			rx_touch(rx, r, now_ns);
-			rx_run_held(rx, r, now_ns);
+			pd_rx_touch(rx, r, now_ns);
+			pd_rx_run_held(rx, r, now_ns);
 			continue;
 		}
 		return;

@@ -108,24 +108,24 @@ struct pd_rx {
 };
 
 /* pd_rx.c */
-struct rx_req *rx_find(struct pd_rx *rx, const uint8_t *id, uint32_t len);
-void rx_tree_add(struct pd_rx *rx, struct rx_req *r);
-void rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
-void rx_view(const struct rx_req *r, struct pd_rx_req_view *v);
-void rx_req_free(struct pd_rx *rx, struct rx_req *r);
+struct rx_req *pd_rx_find(struct pd_rx *rx, const uint8_t *id, uint32_t len);
+void pd_rx_tree_add(struct pd_rx *rx, struct rx_req *r);
+void pd_rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
+void pd_rx_view(const struct rx_req *r, struct pd_rx_req_view *v);
+void pd_rx_req_free(struct pd_rx *rx, struct rx_req *r);
 
 /* pd_rx_batch.c */
-int rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
+int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
 		 uint64_t now_ns);
-int rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a);
-void rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
+int pd_rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a);
+void pd_rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
 
 /* pd_rx_end.c */
-void rx_doom(struct pd_rx *rx, struct rx_req *r, int32_t err);
-void rx_settle(struct pd_rx *rx, uint64_t now_ns);
-void rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns);
-void rx_check_ready(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
-void rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
-void rx_reap_zombies(struct pd_rx *rx);
+void pd_rx_doom(struct pd_rx *rx, struct rx_req *r, int32_t err);
+void pd_rx_settle(struct pd_rx *rx, uint64_t now_ns);
+void pd_rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns);
+void pd_rx_check_ready(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
+void pd_rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
+void pd_rx_reap_zombies(struct pd_rx *rx);
 
 #endif
