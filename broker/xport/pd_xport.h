@@ -120,6 +120,14 @@ struct pd_xport_ops {
 			     uint32_t max);
 };
 
+/* In a counters() implementation: one field of an X-macro list of a stats
+ * struct st, as names[n] / values[n] (n < max counted up). */
+#define PD_XPORT_COUNTER(f)             \
+	if (n < max) {                  \
+		names[n] = #f;          \
+		values[n++] = st.f;     \
+	}
+
 /* Every transport embeds this first. */
 struct pd_xport {
 	const struct pd_xport_ops *ops;

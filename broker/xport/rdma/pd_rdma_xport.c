@@ -348,13 +348,7 @@ static uint32_t rdma_counters(const struct pd_xport *base, const char **names, u
 	uint32_t n = 0;
 
 	pd_rdma_get_stats(cof(base)->r, &st);
-#define RDMA_COUNTER(f)                 \
-	if (n < max) {                  \
-		names[n] = #f;          \
-		values[n++] = st.f;     \
-	}
-	PD_RDMA_STAT_FIELDS(RDMA_COUNTER)
-#undef RDMA_COUNTER
+	PD_RDMA_STAT_FIELDS(PD_XPORT_COUNTER)
 	return n;
 }
 

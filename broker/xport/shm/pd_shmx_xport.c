@@ -15,12 +15,9 @@
 #include "pd_shmx.h"
 #include "pd_xport.h"
 
-#define MAX_PEERS_TRACKED 1024u /* lanes() answers for peer ids below this */
-
 struct shm_x {
 	struct pd_xport base;
 	struct pd_shmx *s;             /* NULL: we do not send */
-	uint8_t *connected;            /* MAX_PEERS_TRACKED */
 	struct pd_xport_offer offer;
 };
 
@@ -41,7 +38,6 @@ static void shm_destroy(struct pd_xport *base)
 	if (!x)
 		return;
 	pd_shmx_destroy(x->s); /* joins the data threads: no copy runs after */
-	free(x->connected);
 	free(x);
 }
 
@@ -66,10 +62,8 @@ static int shm_create(const struct pd_xport_env *env, int recv_side, struct pd_x
 	struct shm_x *x = calloc(1, sizeof(*x));
 	int rc = 0;
 
-	if (!x || !(x->connected = calloc(MAX_PEERS_TRACKED, 1))) {
-		free(x);
+	if (!x)
 		return -ENOMEM;
-	}
 	x->base.ops = &pd_xport_shm_ops;
 	if (recv_side && pd_segment_path(env->name, x->offer.addr, sizeof(x->offer.addr)) < 0)
 		rc = -EINVAL;
@@ -103,7 +97,6 @@ static int shm_connect(struct pd_xport *base, uint32_t peer, const struct pd_xpo
 	struct pd_shmx_target t = { .name = p->name, .slot_size = p->slot_size,
 				    .recv_slots = p->recv_slots, .epoch = p->epoch };
 	char path[PD_XPORT_ADDR_MAX];
-	int rc;
 
 	if (!x->s) {
 		(void)snprintf(why, wlen, "not set up");
@@ -122,10 +115,7 @@ static int shm_connect(struct pd_xport *base, uint32_t peer, const struct pd_xpo
 		return -EPROTO;
 	}
 	(void)pd_shmx_disconnect(x->s, peer); /* a mapping left from its last session */
-	rc = pd_shmx_connect(x->s, peer, &t, why, wlen);
-	if (rc == 0 && peer < MAX_PEERS_TRACKED)
-		x->connected[peer] = 1;
-	return rc;
+	return pd_shmx_connect(x->s, peer, &t, why, wlen);
 }
 
 static void shm_disconnect(struct pd_xport *base, uint32_t peer)
@@ -134,8 +124,6 @@ static void shm_disconnect(struct pd_xport *base, uint32_t peer)
 
 	if (x->s) /* its copies complete: -ECONNABORTED */
 		(void)pd_shmx_disconnect(x->s, peer);
-	if (peer < MAX_PEERS_TRACKED)
-		x->connected[peer] = 0;
 }
 
 static int shm_ready(const struct pd_xport *base, uint32_t peer)
@@ -186,13 +174,7 @@ static uint32_t shm_counters(const struct pd_xport *base, const char **names, ui
 	uint32_t n = 0;
 
 	pd_shmx_get_stats(cof(base)->s, &st);
-#define SHM_COUNTER(f)                  \
-	if (n < max) {                  \
-		names[n] = #f;          \
-		values[n++] = st.f;     \
-	}
-	PD_SHMX_STAT_FIELDS(SHM_COUNTER)
-#undef SHM_COUNTER
+	PD_SHMX_STAT_FIELDS(PD_XPORT_COUNTER)
 	return n;
 }
 

@@ -222,13 +222,7 @@ static uint32_t tcp_counters(const struct pd_xport *base, const char **names, ui
 	uint32_t n = 0;
 
 	pd_tcp_get_stats(cof(base)->t, &st);
-#define TCP_COUNTER(f)                  \
-	if (n < max) {                  \
-		names[n] = #f;          \
-		values[n++] = st.f;     \
-	}
-	PD_TCP_STAT_FIELDS(TCP_COUNTER)
-#undef TCP_COUNTER
+	PD_TCP_STAT_FIELDS(PD_XPORT_COUNTER)
 	return n;
 }
 
