@@ -31,14 +31,14 @@ B := build/$(VARIANT)
 
 # pkg-config modules the build links; Debian packages that provide them
 # (and those later parts need) are installed by tools/deps.sh.
-PC_MODULES := libxxhash msgpack libbsd libzmq cmocka
+PC_MODULES := libxxhash msgpack libbsd libzmq cmocka jansson
 
 # Lazy on purpose: expanded only after the deps stamp has run.
 PC_CFLAGS = $(shell pkg-config --cflags $(PC_MODULES))
 PC_LIBS_CORE = $(shell pkg-config --libs libxxhash)
 PC_LIBS_BROKER = $(shell pkg-config --libs msgpack libbsd libzmq libibverbs librdmacm)
-PC_LIBS_TEST = $(shell pkg-config --libs cmocka)
-PC_LIBS_TOOLS = $(shell pkg-config --libs msgpack)
+PC_LIBS_TEST = $(shell pkg-config --libs cmocka jansson)
+PC_LIBS_TOOLS = $(shell pkg-config --libs msgpack jansson)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wpointer-arith -Wformat=2 -Wvla -Wundef -Wcast-qual -Wwrite-strings \

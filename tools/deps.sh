@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PKGS=(build-essential pkg-config clang libclang-rt-14-dev libcmocka-dev libxxhash-dev libzmq3-dev libbsd-dev
-      libmsgpack-dev libibverbs-dev librdmacm-dev)
+      libmsgpack-dev libjansson-dev libibverbs-dev librdmacm-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do
