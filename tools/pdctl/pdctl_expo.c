@@ -67,13 +67,13 @@ static void put_escaped(const char *s, int quote)
 		size_t n = pdctl_utf8_len(p + i, len - i);
 
 		if (n == 0)
-			fputs("\xef\xbf\xbd", stdout);
+			(void)fputs("\xef\xbf\xbd", stdout);
 		else if (p[i] == '\\')
-			fputs("\\\\", stdout);
+			(void)fputs("\\\\", stdout);
 		else if (p[i] == '\n')
-			fputs("\\n", stdout);
+			(void)fputs("\\n", stdout);
 		else if (quote && p[i] == '"')
-			fputs("\\\"", stdout);
+			(void)fputs("\\\"", stdout);
 		else
 			(void)fwrite(p + i, 1, n, stdout);
 		i += n ? n : 1;
@@ -150,11 +150,11 @@ void pdctl_expo_sample(struct pdctl_expo *x, const char *suffix, const struct pd
 	}
 	printf("%s{broker=\"", name);
 	put_escaped(x->broker, 1);
-	fputc('"', stdout);
+	(void)fputc('"', stdout);
 	for (uint32_t i = 0; i < nl; i++) {
 		printf(",%s=\"", l[i].k);
 		put_escaped(l[i].v, 1);
-		fputc('"', stdout);
+		(void)fputc('"', stdout);
 	}
 	printf("} %s\n", value);
 }

@@ -91,7 +91,7 @@ static size_t text_walk(FILE *f, const char *s, size_t len)
 		if (n == 0 || (n == 1 && (p[i] < 0x20 || p[i] == 0x7f)) ||
 		    (n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) { /* C1 controls */
 			if (f)
-				fputc('?', f);
+				(void)fputc('?', f);
 			n = n ? n : 1;
 		} else if (f) {
 			(void)fwrite(p + i, 1, n, f);

@@ -103,7 +103,7 @@ static void put_cell(const struct table *t, uint32_t c, const char *s, size_t n)
 	int last = c + 1 == t->ncols;
 
 	if (c > 0)
-		fputs("  ", stdout);
+		(void)fputs("  ", stdout);
 	if (t->numeric[c])
 		printf("%*s", (int)pad, "");
 	(void)pdctl_text_write(stdout, s, n);
@@ -118,7 +118,7 @@ static void print_table(struct table *t)
 	measure(t);
 	for (uint32_t c = 0; c < t->ncols; c++)
 		put_cell(t, c, t->col[c], t->collen[c]);
-	fputc('\n', stdout);
+	(void)fputc('\n', stdout);
 	for (uint32_t r = 0; r < t->nrows; r++) {
 		for (uint32_t c = 0; c < t->ncols; c++) {
 			size_t n = 0;
@@ -126,7 +126,7 @@ static void print_table(struct table *t)
 
 			put_cell(t, c, s, n);
 		}
-		fputc('\n', stdout);
+		(void)fputc('\n', stdout);
 	}
 }
 
@@ -216,7 +216,7 @@ static void print_cancelled(const struct pdctl_opts *o, uint64_t n)
 	if (!o->json) {
 		printf("cancelled %" PRIu64 " request%s with id ", n, n == 1 ? "" : "s");
 		(void)pdctl_text_write(stdout, o->args[0], strlen(o->args[0]));
-		fputc('\n', stdout);
+		(void)fputc('\n', stdout);
 		return;
 	}
 	pdctl_json_init(&j, stdout, 1);

@@ -145,7 +145,7 @@ static void print_admission(const struct pdctl_snap *s)
 		fmt_dur(d, sizeof(d), pdctl_oldest_wait_s(s));
 		printf(" (oldest for %s)", d);
 	}
-	fputc('\n', stdout);
+	(void)fputc('\n', stdout);
 }
 
 /* One "  name  value" line per value that filter picks; "none" if none. */
@@ -287,9 +287,9 @@ int pdctl_cmd_watch(const struct pdctl_opts *o)
 		if (stop_watch)
 			break;
 		if (tty)
-			fputs("\033[H\033[2J", stdout); /* home, clear screen */
+			(void)fputs("\033[H\033[2J", stdout); /* home, clear screen */
 		else if (n > 0 && !o->json)
-			fputc('\n', stdout);
+			(void)fputc('\n', stdout);
 		rc = status_once(o, 0);
 		if (rc != PDCTL_EXIT_OK)
 			break;
