@@ -10,12 +10,13 @@
  *   pdctl_metrics.c  Prometheus text exposition (and JSON)
  *   pdctl_admin.c    the admin socket client (one msgpack frame each way)
  *   pdctl_rows.c     admin answers as tables or JSON; cancel
- *   pdctl_json.c     a JSON writer with correct string escaping
+ *   pdctl_json.c     JSON values (jansson) from text, numbers and msgpack
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
 #include <msgpack.h>
 
 #include "pd_compiler.h"
@@ -48,37 +49,27 @@ struct pdctl_opts {
 	uint32_t interval_ms;      /* watch --interval */
 };
 
-/* ---- pdctl_json.c */
-#define PDCTL_JSON_DEPTH 32
-
-struct pdctl_json {
-	FILE *f;
-	int pretty;
-	int depth;
-	uint8_t count[PDCTL_JSON_DEPTH]; /* members written at each level */
-};
-
-void pdctl_json_init(struct pdctl_json *j, FILE *f, int pretty);
-/* key: the member name inside an object, NULL in an array or at the top. */
-void pdctl_json_obj_begin(struct pdctl_json *j, const char *key);
-void pdctl_json_obj_end(struct pdctl_json *j);
-void pdctl_json_arr_begin(struct pdctl_json *j, const char *key);
-void pdctl_json_arr_end(struct pdctl_json *j);
-void pdctl_json_str(struct pdctl_json *j, const char *key, const char *s);
-void pdctl_json_strn(struct pdctl_json *j, const char *key, const char *s, size_t len);
-void pdctl_json_u64(struct pdctl_json *j, const char *key, uint64_t v);
-void pdctl_json_i64(struct pdctl_json *j, const char *key, int64_t v);
-void pdctl_json_f64(struct pdctl_json *j, const char *key, double v);
-void pdctl_json_bool(struct pdctl_json *j, const char *key, int v);
-void pdctl_json_null(struct pdctl_json *j, const char *key);
-/* num: a valid JSON number, written as is. */
-void pdctl_json_num(struct pdctl_json *j, const char *key, const char *num);
+/* ---- pdctl_json.c: JSON values built with jansson. A constructor returns
+ * a new reference, or NULL when out of memory; json_pack's "o" takes it and
+ * fails on a NULL, so a failure anywhere reaches the document's root. */
+/* s[0..len) as a JSON string, invalid UTF-8 -> U+FFFD. */
+json_t *pdctl_json_strn(const char *s, size_t len);
+json_t *pdctl_json_str(const char *s);
+/* An integer; above INT64_MAX (beyond jansson's integers) a real. */
+json_t *pdctl_json_u64(uint64_t v);
+/* A real; null when v is not finite. */
+json_t *pdctl_json_f64(double v);
+/* num: a decimal number as text ("42", "0.5"): an integer or a real. */
+json_t *pdctl_json_num(const char *num);
 /* A msgpack object as JSON (nesting bounded; deeper becomes null). */
-void pdctl_json_mp(struct pdctl_json *j, const char *key, const msgpack_object *o);
-/* Close the document with a newline. */
-void pdctl_json_end(struct pdctl_json *j);
-/* s[0..len) as a JSON string literal: escapes, invalid UTF-8 -> U+FFFD. */
-void pdctl_json_write_str(FILE *f, const char *s, size_t len);
+json_t *pdctl_json_mp(const msgpack_object *o);
+/* obj[key] = v, the key made valid UTF-8; takes v (NULL: fails).
+ * @return 0 or -ENOMEM. */
+int pdctl_json_setn(json_t *obj, const char *key, size_t klen, json_t *v);
+int pdctl_json_set(json_t *obj, const char *key, json_t *v);
+/* doc to stdout (pretty: indented, else one line) and a newline; takes doc.
+ * @return 0; -ENOMEM doc is NULL (said on stderr); -EIO writing failed. */
+int pdctl_json_print(json_t *doc, int pretty);
 /* s[0..len) for a terminal: control bytes and invalid UTF-8 -> '?'.
  * @return the number of columns written (code points). */
 size_t pdctl_text_write(FILE *f, const char *s, size_t len);
@@ -144,18 +135,19 @@ const char *pdctl_stale_warning(const struct pdctl_snap *s, char *buf, size_t le
 int pdctl_cmd_status(const struct pdctl_opts *o);
 int pdctl_cmd_watch(const struct pdctl_opts *o);
 
-/* ---- pdctl_status_json.c */
-void pdctl_status_json(const struct pdctl_snap *s, int pretty);
+/* ---- pdctl_status_json.c: 0, or -errno (said on stderr, or by pdctl_flush). */
+int pdctl_status_json(const struct pdctl_snap *s, int pretty);
 
 /* ---- pdctl_metrics.c, pdctl_expo.c (the exposition writer) */
 #define PDCTL_MAX_FAMILIES 512
 
 struct pdctl_expo {
 	int json;
-	struct pdctl_json j;
+	json_t *doc;               /* JSON: {"broker", "families": [...]} */
+	json_t *samples;           /* JSON: the current family's (borrowed from doc) */
+	int err;                   /* JSON: -ENOMEM once a value could not be built */
 	char broker[PD_SHM_NAME_MAX + 1];
 	int skip;                  /* the current family is a duplicate: drop its samples */
-	int open;                  /* a JSON family is open */
 	uint32_t nfam;
 	char fam[PDCTL_MAX_FAMILIES][96];
 };
@@ -176,7 +168,8 @@ void pdctl_expo_u64(struct pdctl_expo *x, const struct pdctl_label *l, uint32_t 
 /* Nanoseconds as exact decimal seconds. */
 void pdctl_expo_ns(struct pdctl_expo *x, const char *suffix, const struct pdctl_label *l,
 		   uint32_t nl, uint64_t ns);
-void pdctl_expo_end(struct pdctl_expo *x);
+/* The end (JSON: the document printed). 0 or -errno (said on stderr). */
+int pdctl_expo_end(struct pdctl_expo *x);
 /* v / 10^digits as an exact decimal, trailing zeros trimmed ("1.5", "2"). */
 void pdctl_fmt_decimal(char *buf, size_t len, uint64_t v, unsigned int digits);
 int pdctl_cmd_metrics(const struct pdctl_opts *o);

@@ -10,6 +10,7 @@
  * escape backslash, double quote and newline; HELP text escapes backslash
  * and newline; everything valid UTF-8; a final newline.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <string.h>
 
@@ -30,6 +31,14 @@ void pdctl_fmt_decimal(char *buf, size_t len, uint64_t v, unsigned int digits)
 		buf[--n] = '\0';
 }
 
+/* JSON: rc < 0, a value that could not be built (or added), fails the
+ * document at the end. */
+static void expo_check(struct pdctl_expo *x, int rc)
+{
+	if (rc < 0)
+		x->err = -ENOMEM;
+}
+
 void pdctl_expo_init(struct pdctl_expo *x, int json, const char *broker)
 {
 	memset(x, 0, sizeof(*x));
@@ -37,10 +46,8 @@ void pdctl_expo_init(struct pdctl_expo *x, int json, const char *broker)
 	(void)snprintf(x->broker, sizeof(x->broker), "%s", broker);
 	if (!json)
 		return;
-	pdctl_json_init(&x->j, stdout, 1);
-	pdctl_json_obj_begin(&x->j, NULL);
-	pdctl_json_str(&x->j, "broker", broker);
-	pdctl_json_arr_begin(&x->j, "families");
+	x->doc = json_pack("{s:o, s:[]}", "broker", pdctl_json_str(broker), "families");
+	expo_check(x, x->doc ? 0 : -ENOMEM);
 }
 
 static void sanitize(char *dst, size_t len, const char *src)
@@ -80,13 +87,14 @@ static void put_escaped(const char *s, int quote)
 	}
 }
 
-static void close_family(struct pdctl_expo *x)
+static void family_json(struct pdctl_expo *x, const char *name, const char *type,
+			const char *help)
 {
-	if (x->json && x->open) {
-		pdctl_json_arr_end(&x->j);
-		pdctl_json_obj_end(&x->j);
-	}
-	x->open = 0;
+	json_t *fam = json_pack("{s:s, s:s, s:o, s:[]}", "name", name, "type", type,
+				"help", pdctl_json_str(help), "samples");
+
+	x->samples = json_object_get(fam, "samples"); /* NULL when fam is */
+	expo_check(x, json_array_append_new(json_object_get(x->doc, "families"), fam));
 }
 
 void pdctl_expo_family(struct pdctl_expo *x, const char *name, const char *type,
@@ -94,7 +102,6 @@ void pdctl_expo_family(struct pdctl_expo *x, const char *name, const char *type,
 {
 	char *f;
 
-	close_family(x);
 	x->skip = 1;
 	if (x->nfam >= PDCTL_MAX_FAMILIES)
 		return;
@@ -106,12 +113,7 @@ void pdctl_expo_family(struct pdctl_expo *x, const char *name, const char *type,
 	x->nfam++;
 	x->skip = 0;
 	if (x->json) {
-		pdctl_json_obj_begin(&x->j, NULL);
-		pdctl_json_str(&x->j, "name", f);
-		pdctl_json_str(&x->j, "type", type);
-		pdctl_json_str(&x->j, "help", help);
-		pdctl_json_arr_begin(&x->j, "samples");
-		x->open = 1;
+		family_json(x, f, type, help);
 		return;
 	}
 	printf("# HELP %s ", f);
@@ -119,21 +121,29 @@ void pdctl_expo_family(struct pdctl_expo *x, const char *name, const char *type,
 	printf("\n# TYPE %s %s\n", f, type);
 }
 
+static json_t *labels_json(const struct pdctl_expo *x, const struct pdctl_label *l,
+			   uint32_t nl)
+{
+	json_t *obj = json_object();
+	int rc = obj ? pdctl_json_set(obj, "broker", pdctl_json_str(x->broker)) : -ENOMEM;
+
+	for (uint32_t i = 0; rc == 0 && i < nl; i++)
+		rc = pdctl_json_set(obj, l[i].k, pdctl_json_str(l[i].v));
+	if (rc < 0) {
+		json_decref(obj);
+		obj = NULL;
+	}
+	return obj;
+}
+
 static void sample_json(struct pdctl_expo *x, const char *name, const struct pdctl_label *l,
 			uint32_t nl, const char *value)
 {
-	pdctl_json_obj_begin(&x->j, NULL);
-	pdctl_json_str(&x->j, "name", name);
-	pdctl_json_obj_begin(&x->j, "labels");
-	pdctl_json_str(&x->j, "broker", x->broker);
-	for (uint32_t i = 0; i < nl; i++)
-		pdctl_json_str(&x->j, l[i].k, l[i].v);
-	pdctl_json_obj_end(&x->j);
-	if (strcmp(value, "+Inf") == 0)
-		pdctl_json_str(&x->j, "value", value);
-	else
-		pdctl_json_num(&x->j, "value", value);
-	pdctl_json_obj_end(&x->j);
+	/* +Inf is no JSON number: it stays a string. */
+	json_t *v = strcmp(value, "+Inf") == 0 ? json_string(value) : pdctl_json_num(value);
+
+	expo_check(x, json_array_append_new(x->samples, json_pack("{s:s, s:o, s:o}", "name", name,
+					    "labels", labels_json(x, l, nl), "value", v)));
 }
 
 void pdctl_expo_sample(struct pdctl_expo *x, const char *suffix, const struct pdctl_label *l,
@@ -176,12 +186,14 @@ void pdctl_expo_ns(struct pdctl_expo *x, const char *suffix, const struct pdctl_
 	pdctl_expo_sample(x, suffix, l, nl, buf);
 }
 
-void pdctl_expo_end(struct pdctl_expo *x)
+int pdctl_expo_end(struct pdctl_expo *x)
 {
-	close_family(x);
 	if (!x->json)
-		return;
-	pdctl_json_arr_end(&x->j);
-	pdctl_json_obj_end(&x->j);
-	pdctl_json_end(&x->j);
+		return 0;
+	if (x->err) {
+		json_decref(x->doc);
+		x->doc = NULL; /* pdctl_json_print() reports it */
+	}
+	x->samples = NULL;
+	return pdctl_json_print(x->doc, 1);
 }

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pdctl's JSON writer (RFC 8259): objects and arrays with the commas and
- * (optionally) indentation tracked per level, strings escaped, invalid
- * UTF-8 replaced by U+FFFD so the output is always valid JSON; and the
- * terminal-safe text writer tables use.
+ * pdctl's JSON output: values built with jansson (which escapes, and keeps
+ * the members in the order they were set), text from the segment or the
+ * broker made valid UTF-8 first; and the terminal-safe text writer tables
+ * use.
  */
+#include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,43 +45,6 @@ size_t pdctl_utf8_len(const unsigned char *s, size_t len)
 	return n;
 }
 
-static void put_escape(FILE *f, unsigned char c)
-{
-	switch (c) {
-	case '"': fputs("\\\"", f); break;
-	case '\\': fputs("\\\\", f); break;
-	case '\b': fputs("\\b", f); break;
-	case '\f': fputs("\\f", f); break;
-	case '\n': fputs("\\n", f); break;
-	case '\r': fputs("\\r", f); break;
-	case '\t': fputs("\\t", f); break;
-	default: fprintf(f, "\\u%04x", c); break;
-	}
-}
-
-void pdctl_json_write_str(FILE *f, const char *s, size_t len)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0;
-
-	fputc('"', f);
-	while (i < len) {
-		size_t n = pdctl_utf8_len(p + i, len - i);
-
-		if (n == 0) {
-			fputs("\\ufffd", f);
-			i++;
-		} else if (n == 1 && (p[i] < 0x20 || p[i] == '"' || p[i] == '\\' || p[i] == 0x7f)) {
-			put_escape(f, p[i]);
-			i++;
-		} else {
-			(void)fwrite(p + i, 1, n, f);
-			i += n;
-		}
-	}
-	fputc('"', f);
-}
-
 static size_t text_walk(FILE *f, const char *s, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)s;
@@ -112,188 +77,168 @@ size_t pdctl_text_width(const char *s, size_t len)
 	return text_walk(NULL, s, len);
 }
 
-void pdctl_json_init(struct pdctl_json *j, FILE *f, int pretty)
+/* s[0..len) with each byte of invalid UTF-8 replaced by U+FFFD (malloc'ed,
+ * length in *n), so jansson takes it; NULL: out of memory. */
+static char *utf8_clean(const char *s, size_t len, size_t *n)
 {
-	memset(j, 0, sizeof(*j));
-	j->f = f;
-	j->pretty = pretty;
-}
+	const unsigned char *p = (const unsigned char *)s;
+	char *out = malloc(len * 3 + 1), *o = out;
 
-static void indent(struct pdctl_json *j)
-{
-	if (!j->pretty)
-		return;
-	fputc('\n', j->f);
-	for (int i = 0; i < j->depth; i++)
-		fputs("  ", j->f);
-}
+	for (size_t i = 0; out && i < len;) {
+		size_t k = pdctl_utf8_len(p + i, len - i);
 
-/* Comma, newline and indentation before a member, then its key. */
-static void member(struct pdctl_json *j, const char *key)
-{
-	int d = j->depth < PDCTL_JSON_DEPTH ? j->depth : PDCTL_JSON_DEPTH - 1;
-
-	if (j->depth > 0) {
-		if (j->count[d]++)
-			fputc(',', j->f);
-		indent(j);
-	}
-	if (key) {
-		pdctl_json_write_str(j->f, key, strlen(key));
-		fputs(j->pretty ? ": " : ":", j->f);
-	}
-}
-
-static void open_level(struct pdctl_json *j, const char *key, char c)
-{
-	member(j, key);
-	fputc(c, j->f);
-	j->depth++;
-	if (j->depth < PDCTL_JSON_DEPTH)
-		j->count[j->depth] = 0;
-}
-
-static void close_level(struct pdctl_json *j, char c)
-{
-	int had = j->depth < PDCTL_JSON_DEPTH ? j->count[j->depth] : 1;
-
-	j->depth--;
-	if (had)
-		indent(j);
-	fputc(c, j->f);
-}
-
-void pdctl_json_obj_begin(struct pdctl_json *j, const char *key)
-{
-	open_level(j, key, '{');
-}
-
-void pdctl_json_obj_end(struct pdctl_json *j)
-{
-	close_level(j, '}');
-}
-
-void pdctl_json_arr_begin(struct pdctl_json *j, const char *key)
-{
-	open_level(j, key, '[');
-}
-
-void pdctl_json_arr_end(struct pdctl_json *j)
-{
-	close_level(j, ']');
-}
-
-void pdctl_json_strn(struct pdctl_json *j, const char *key, const char *s, size_t len)
-{
-	member(j, key);
-	pdctl_json_write_str(j->f, s, len);
-}
-
-void pdctl_json_str(struct pdctl_json *j, const char *key, const char *s)
-{
-	pdctl_json_strn(j, key, s, strlen(s));
-}
-
-void pdctl_json_u64(struct pdctl_json *j, const char *key, uint64_t v)
-{
-	member(j, key);
-	fprintf(j->f, "%" PRIu64, v);
-}
-
-void pdctl_json_i64(struct pdctl_json *j, const char *key, int64_t v)
-{
-	member(j, key);
-	fprintf(j->f, "%" PRId64, v);
-}
-
-void pdctl_json_f64(struct pdctl_json *j, const char *key, double v)
-{
-	char buf[32];
-
-	member(j, key);
-	if (isfinite(v)) {
-		/* The shortest of 15 or 17 digits that reads back as v. */
-		(void)snprintf(buf, sizeof(buf), "%.15g", v);
-		if (strtod(buf, NULL) != v)
-			(void)snprintf(buf, sizeof(buf), "%.17g", v);
-		fputs(buf, j->f);
-	} else
-		fputs("null", j->f); /* JSON has no NaN or infinities */
-}
-
-void pdctl_json_num(struct pdctl_json *j, const char *key, const char *num)
-{
-	member(j, key);
-	fputs(num, j->f);
-}
-
-void pdctl_json_bool(struct pdctl_json *j, const char *key, int v)
-{
-	member(j, key);
-	fputs(v ? "true" : "false", j->f);
-}
-
-void pdctl_json_null(struct pdctl_json *j, const char *key)
-{
-	member(j, key);
-	fputs("null", j->f);
-}
-
-static void mp_value(struct pdctl_json *j, const char *key, const msgpack_object *o, int depth);
-
-static void mp_map(struct pdctl_json *j, const char *key, const msgpack_object_map *m, int depth)
-{
-	char name[256];
-
-	pdctl_json_obj_begin(j, key);
-	for (uint32_t i = 0; i < m->size; i++) {
-		const msgpack_object *k = &m->ptr[i].key;
-
-		/* JSON keys are strings: a non-string key is shown by its type. */
-		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size < sizeof(name)) {
-			memcpy(name, k->via.str.ptr, k->via.str.size);
-			name[k->via.str.size] = '\0';
-		} else if (k->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-			(void)snprintf(name, sizeof(name), "%" PRIu64, k->via.u64);
+		if (k == 0) {
+			memcpy(o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
 		} else {
-			(void)snprintf(name, sizeof(name), "?%u", i);
+			memcpy(o, p + i, k);
+			o += k;
+			i += k;
 		}
-		mp_value(j, name, &m->ptr[i].val, depth + 1);
 	}
-	pdctl_json_obj_end(j);
+	*n = out ? (size_t)(o - out) : 0;
+	return out;
 }
 
-static void mp_value(struct pdctl_json *j, const char *key, const msgpack_object *o, int depth)
+json_t *pdctl_json_strn(const char *s, size_t len)
 {
-	if (depth >= MP_DEPTH) {
-		pdctl_json_null(j, key);
-		return;
+	size_t n;
+	char *clean = utf8_clean(s, len, &n);
+	json_t *v = clean ? json_stringn_nocheck(clean, n) : NULL;
+
+	free(clean);
+	return v;
+}
+
+json_t *pdctl_json_str(const char *s)
+{
+	return pdctl_json_strn(s, strlen(s));
+}
+
+json_t *pdctl_json_u64(uint64_t v)
+{
+	/* jansson's integers are signed 64-bit: beyond, the nearest double. */
+	return v <= INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
+}
+
+json_t *pdctl_json_f64(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null(); /* JSON has no NaN or infinities */
+}
+
+json_t *pdctl_json_num(const char *num)
+{
+	if (num[strspn(num, "0123456789")] == '\0')
+		return pdctl_json_u64(strtoull(num, NULL, 10));
+	return pdctl_json_f64(strtod(num, NULL));
+}
+
+int pdctl_json_setn(json_t *obj, const char *key, size_t klen, json_t *v)
+{
+	size_t n;
+	char *clean = utf8_clean(key, klen, &n);
+	int rc;
+
+	if (!clean) {
+		json_decref(v);
+		return -ENOMEM;
 	}
+	/* Takes v, also when it fails; a NULL v (out of memory) fails. */
+	rc = json_object_setn_new_nocheck(obj, clean, n, v) == 0 ? 0 : -ENOMEM;
+	free(clean);
+	return rc;
+}
+
+int pdctl_json_set(json_t *obj, const char *key, json_t *v)
+{
+	return pdctl_json_setn(obj, key, strlen(key), v);
+}
+
+static json_t *mp_value(const msgpack_object *o, int depth);
+
+/* JSON keys are strings: a number key becomes its decimal, another its index. */
+static int mp_member(json_t *obj, const msgpack_object_kv *kv, uint32_t i, int depth)
+{
+	const msgpack_object *k = &kv->key;
+	char name[24];
+
+	if (k->type == MSGPACK_OBJECT_STR)
+		return pdctl_json_setn(obj, k->via.str.ptr, k->via.str.size,
+				       mp_value(&kv->val, depth + 1));
+	if (k->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+		(void)snprintf(name, sizeof(name), "%" PRIu64, k->via.u64);
+	else
+		(void)snprintf(name, sizeof(name), "?%" PRIu32, i);
+	return pdctl_json_set(obj, name, mp_value(&kv->val, depth + 1));
+}
+
+static json_t *mp_map(const msgpack_object_map *m, int depth)
+{
+	json_t *obj = json_object();
+
+	for (uint32_t i = 0; obj && i < m->size; i++) {
+		if (mp_member(obj, &m->ptr[i], i, depth) < 0) {
+			json_decref(obj);
+			obj = NULL;
+		}
+	}
+	return obj;
+}
+
+static json_t *mp_array(const msgpack_object_array *a, int depth)
+{
+	json_t *arr = json_array();
+
+	for (uint32_t i = 0; arr && i < a->size; i++) {
+		if (json_array_append_new(arr, mp_value(&a->ptr[i], depth + 1)) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	}
+	return arr;
+}
+
+static json_t *mp_value(const msgpack_object *o, int depth)
+{
+	if (depth >= MP_DEPTH)
+		return json_null();
 	switch (o->type) {
-	case MSGPACK_OBJECT_BOOLEAN: pdctl_json_bool(j, key, o->via.boolean); break;
-	case MSGPACK_OBJECT_POSITIVE_INTEGER: pdctl_json_u64(j, key, o->via.u64); break;
-	case MSGPACK_OBJECT_NEGATIVE_INTEGER: pdctl_json_i64(j, key, o->via.i64); break;
+	case MSGPACK_OBJECT_BOOLEAN: return json_boolean(o->via.boolean);
+	case MSGPACK_OBJECT_POSITIVE_INTEGER: return pdctl_json_u64(o->via.u64);
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer(o->via.i64);
 	case MSGPACK_OBJECT_FLOAT32:
-	case MSGPACK_OBJECT_FLOAT64: pdctl_json_f64(j, key, o->via.f64); break;
-	case MSGPACK_OBJECT_STR: pdctl_json_strn(j, key, o->via.str.ptr, o->via.str.size); break;
-	case MSGPACK_OBJECT_BIN: pdctl_json_strn(j, key, o->via.bin.ptr, o->via.bin.size); break;
-	case MSGPACK_OBJECT_ARRAY:
-		pdctl_json_arr_begin(j, key);
-		for (uint32_t i = 0; i < o->via.array.size; i++)
-			mp_value(j, NULL, &o->via.array.ptr[i], depth + 1);
-		pdctl_json_arr_end(j);
-		break;
-	case MSGPACK_OBJECT_MAP: mp_map(j, key, &o->via.map, depth); break;
-	default: pdctl_json_null(j, key); break; /* nil, ext */
+	case MSGPACK_OBJECT_FLOAT64: return pdctl_json_f64(o->via.f64);
+	case MSGPACK_OBJECT_STR: return pdctl_json_strn(o->via.str.ptr, o->via.str.size);
+	case MSGPACK_OBJECT_BIN: return pdctl_json_strn(o->via.bin.ptr, o->via.bin.size);
+	case MSGPACK_OBJECT_ARRAY: return mp_array(&o->via.array, depth);
+	case MSGPACK_OBJECT_MAP: return mp_map(&o->via.map, depth);
+	default: return json_null(); /* nil, ext */
 	}
 }
 
-void pdctl_json_mp(struct pdctl_json *j, const char *key, const msgpack_object *o)
+json_t *pdctl_json_mp(const msgpack_object *o)
 {
-	mp_value(j, key, o, 0);
+	return mp_value(o, 0);
 }
 
-void pdctl_json_end(struct pdctl_json *j)
+int pdctl_json_print(json_t *doc, int pretty)
 {
-	fputc('\n', j->f);
+	/*
+	 * jansson prints every real with one precision. 15 digits (DBL_DIG) print
+	 * each decimal of up to 15 digits as itself, as the seconds (from
+	 * nanoseconds) below 10^6 s are, where 17 would show the double's
+	 * binary noise (0.0080023219999999992 for 0.008002322).
+	 */
+	size_t flags = (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_REAL_PRECISION(DBL_DIG);
+	int rc = 0;
+
+	if (!doc) {
+		pdctl_err("out of memory");
+		return -ENOMEM;
+	}
+	if (json_dumpf(doc, stdout, flags) < 0 || fputc('\n', stdout) == EOF)
+		rc = -EIO; /* pdctl_flush() says why */
+	json_decref(doc);
+	return rc;
 }

@@ -164,6 +164,7 @@ static void hist_family(struct pdctl_expo *x, const struct pd_stat_hist *h)
 static int print_metrics(const struct pdctl_opts *o, const struct pdctl_snap *s)
 {
 	struct pdctl_expo *x = calloc(1, sizeof(*x));
+	int rc;
 
 	if (!x) {
 		pdctl_err("out of memory");
@@ -179,9 +180,9 @@ static int print_metrics(const struct pdctl_opts *o, const struct pdctl_snap *s)
 	for (uint32_t i = 0; i < s->st->nhist; i++)
 		if (s->st->hist[i].name[0])
 			hist_family(x, &s->st->hist[i]);
-	pdctl_expo_end(x);
+	rc = pdctl_expo_end(x);
 	free(x);
-	return PDCTL_EXIT_OK;
+	return rc < 0 ? PDCTL_EXIT_FAIL : PDCTL_EXIT_OK;
 }
 
 int pdctl_cmd_metrics(const struct pdctl_opts *o)

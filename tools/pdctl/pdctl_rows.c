@@ -130,18 +130,9 @@ static void print_table(struct table *t)
 	}
 }
 
-static void print_json_rows(const msgpack_object *rows)
+static int print_json_rows(const msgpack_object *rows)
 {
-	struct pdctl_json j;
-
-	pdctl_json_init(&j, stdout, 1);
-	pdctl_json_obj_begin(&j, NULL);
-	pdctl_json_arr_begin(&j, "rows");
-	for (uint32_t i = 0; i < rows->via.array.size; i++)
-		pdctl_json_mp(&j, NULL, &rows->via.array.ptr[i]);
-	pdctl_json_arr_end(&j);
-	pdctl_json_obj_end(&j);
-	pdctl_json_end(&j);
+	return pdctl_json_print(json_pack("{s:o}", "rows", pdctl_json_mp(rows)), 1);
 }
 
 /* ok true: 1; ok false: 0 (error message printed); malformed: -EPROTO. */
@@ -174,26 +165,28 @@ static int rows_valid(const msgpack_object *rows)
 	return 1;
 }
 
-static void print_rows(const struct pdctl_opts *o, const msgpack_object *rows)
+/* 0, or -errno (the JSON could not be written). */
+static int print_rows(const struct pdctl_opts *o, const msgpack_object *rows)
 {
 	struct table t = { .rows = rows->via.array.ptr, .nrows = rows->via.array.size };
 
-	if (o->json) {
-		print_json_rows(rows);
-	} else if (t.nrows == 0 && o->state) {
+	if (o->json)
+		return print_json_rows(rows);
+	if (t.nrows == 0 && o->state) {
 		printf("no %s in state %s\n", o->cmd, o->state);
 	} else if (t.nrows == 0) {
 		printf("no %s\n", o->cmd);
 	} else {
 		print_table(&t);
 	}
+	return 0;
 }
 
 int pdctl_cmd_list(const struct pdctl_opts *o)
 {
 	struct pdctl_answer ans;
 	const msgpack_object *rows;
-	int rc = pdctl_admin_call(o, o->cmd, o->state ? "state" : NULL, o->state, &ans);
+	int ok, rc = pdctl_admin_call(o, o->cmd, o->state ? "state" : NULL, o->state, &ans);
 
 	if (rc < 0)
 		return pdctl_explain_admin(o, rc);
@@ -201,31 +194,24 @@ int pdctl_cmd_list(const struct pdctl_opts *o)
 	rows = pdctl_mp_get(ans.root, "rows");
 	if (rc > 0 && !rows_valid(rows))
 		rc = -EPROTO;
-	if (rc > 0)
-		print_rows(o, rows);
 	if (rc < 0)
 		pdctl_err("%s: broker %s sent a malformed answer", o->cmd, o->name);
+	ok = rc > 0 && print_rows(o, rows) == 0;
 	pdctl_answer_free(&ans);
-	return rc > 0 ? pdctl_flush(PDCTL_EXIT_OK) : PDCTL_EXIT_FAIL;
+	return pdctl_flush(ok ? PDCTL_EXIT_OK : PDCTL_EXIT_FAIL);
 }
 
-static void print_cancelled(const struct pdctl_opts *o, uint64_t n)
+/* 0, or -errno (the JSON could not be written). */
+static int print_cancelled(const struct pdctl_opts *o, uint64_t n)
 {
-	struct pdctl_json j;
-
-	if (!o->json) {
-		printf("cancelled %" PRIu64 " request%s with id ", n, n == 1 ? "" : "s");
-		(void)pdctl_text_write(stdout, o->args[0], strlen(o->args[0]));
-		(void)fputc('\n', stdout);
-		return;
-	}
-	pdctl_json_init(&j, stdout, 1);
-	pdctl_json_obj_begin(&j, NULL);
-	pdctl_json_bool(&j, "ok", 1);
-	pdctl_json_str(&j, "req_id", o->args[0]);
-	pdctl_json_u64(&j, "cancelled", n);
-	pdctl_json_obj_end(&j);
-	pdctl_json_end(&j);
+	if (o->json)
+		return pdctl_json_print(json_pack("{s:b, s:o, s:o}", "ok", 1,
+						  "req_id", pdctl_json_str(o->args[0]),
+						  "cancelled", pdctl_json_u64(n)), 1);
+	printf("cancelled %" PRIu64 " request%s with id ", n, n == 1 ? "" : "s");
+	(void)pdctl_text_write(stdout, o->args[0], strlen(o->args[0]));
+	(void)fputc('\n', stdout);
+	return 0;
 }
 
 int pdctl_cmd_cancel(const struct pdctl_opts *o)
@@ -233,7 +219,7 @@ int pdctl_cmd_cancel(const struct pdctl_opts *o)
 	struct pdctl_answer ans;
 	const msgpack_object *n;
 	char what[128];
-	int rc = pdctl_admin_call(o, "cancel", "req_id", o->args[0], &ans);
+	int ok, rc = pdctl_admin_call(o, "cancel", "req_id", o->args[0], &ans);
 
 	if (rc == -E2BIG) {
 		pdctl_err("cancel: request id too long");
@@ -246,10 +232,9 @@ int pdctl_cmd_cancel(const struct pdctl_opts *o)
 	n = pdctl_mp_get(ans.root, "cancelled");
 	if (rc > 0 && (!n || n->type != MSGPACK_OBJECT_POSITIVE_INTEGER))
 		rc = -EPROTO;
-	if (rc > 0)
-		print_cancelled(o, n->via.u64);
 	if (rc < 0)
 		pdctl_err("cancel: broker %s sent a malformed answer", o->name);
+	ok = rc > 0 && print_cancelled(o, n->via.u64) == 0;
 	pdctl_answer_free(&ans);
-	return rc > 0 ? pdctl_flush(PDCTL_EXIT_OK) : PDCTL_EXIT_FAIL;
+	return pdctl_flush(ok ? PDCTL_EXIT_OK : PDCTL_EXIT_FAIL);
 }

@@ -244,12 +244,12 @@ static int status_once(const struct pdctl_opts *o, int pretty)
 
 	if (rc != PDCTL_EXIT_OK)
 		return rc;
-	if (o->json)
-		pdctl_status_json(&s, pretty);
-	else
+	if (o->json && pdctl_status_json(&s, pretty) < 0)
+		rc = PDCTL_EXIT_FAIL;
+	else if (!o->json)
 		print_status(&s);
 	pdctl_snap_free(&s);
-	return pdctl_flush(PDCTL_EXIT_OK);
+	return pdctl_flush(rc);
 }
 
 int pdctl_cmd_status(const struct pdctl_opts *o)

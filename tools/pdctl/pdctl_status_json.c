@@ -10,140 +10,135 @@
  */
 #include "pdctl.h"
 
-static void pool_json(struct pdctl_json *j, const char *key, const struct pdctl_pool *p)
+static json_t *pool_json(const struct pdctl_pool *p)
 {
-	pdctl_json_obj_begin(j, key);
-	pdctl_json_bool(j, "present", p->present);
-	pdctl_json_u64(j, "slots", p->slots);
-	pdctl_json_u64(j, "used", p->used);
-	pdctl_json_u64(j, "free", p->free);
-	pdctl_json_u64(j, "hwm", p->hwm);
-	pdctl_json_obj_end(j);
+	return json_pack("{s:b, s:I, s:I, s:I, s:I}", "present", p->present,
+			 "slots", (json_int_t)p->slots, "used", (json_int_t)p->used,
+			 "free", (json_int_t)p->free, "hwm", (json_int_t)p->hwm);
 }
 
-static void info_json(struct pdctl_json *j, const struct pdctl_snap *s)
+static json_t *info_json(const struct pdctl_snap *s)
 {
 	const struct pd_stat_info *i = &s->st->info;
 
-	pdctl_json_obj_begin(j, "info");
-	pdctl_json_str(j, "ctrl", i->ctrl);
-	pdctl_json_str(j, "data", i->data);
-	pdctl_json_str(j, "transport", i->transport);
-	pdctl_json_u64(j, "slot_size", i->slot_size);
-	pdctl_json_obj_end(j);
+	return json_pack("{s:o, s:o, s:o, s:o}", "ctrl", pdctl_json_str(i->ctrl),
+			 "data", pdctl_json_str(i->data), "transport", pdctl_json_str(i->transport),
+			 "slot_size", pdctl_json_u64(i->slot_size));
 }
 
-static void admission_json(struct pdctl_json *j, const struct pdctl_snap *s)
+static json_t *admission_json(const struct pdctl_snap *s)
 {
 	const struct pd_stat_info *i = &s->st->info;
 
-	pdctl_json_obj_begin(j, "admission");
-	pdctl_json_u64(j, "capacity", s->recv.slots);
-	pdctl_json_u64(j, "reserved", i->reserved);
-	pdctl_json_u64(j, "granted", i->granted);
-	pdctl_json_u64(j, "waiting", i->waiting);
-	pdctl_json_f64(j, "oldest_wait_s", pdctl_oldest_wait_s(s));
-	pdctl_json_obj_end(j);
+	return json_pack("{s:I, s:o, s:o, s:o, s:o}", "capacity", (json_int_t)s->recv.slots,
+			 "reserved", pdctl_json_u64(i->reserved),
+			 "granted", pdctl_json_u64(i->granted), "waiting", pdctl_json_u64(i->waiting),
+			 "oldest_wait_s", pdctl_json_f64(pdctl_oldest_wait_s(s)));
 }
 
-static void peer_json(struct pdctl_json *j, const struct pdctl_snap *s,
-		      const struct pd_stat_peer *p)
+/* Seconds since ns (0: never, null). */
+static json_t *ago_json(const struct pdctl_snap *s, uint64_t ns)
 {
-	pdctl_json_obj_begin(j, NULL);
-	pdctl_json_str(j, "name", p->name);
-	pdctl_json_str(j, "ctrl", p->ctrl);
-	pdctl_json_str(j, "state", pdctl_peer_state_name(p->state));
-	pdctl_json_str(j, "transport", p->transport);
-	pdctl_json_str(j, "why", p->why);
-	pdctl_json_u64(j, "lanes", p->lanes);
-	pdctl_json_u64(j, "epoch", p->epoch);
-	if (p->last_seen_ns)
-		pdctl_json_f64(j, "last_seen_s", s->now_ns > p->last_seen_ns ?
-			       (double)(s->now_ns - p->last_seen_ns) / 1e9 : 0.0);
-	else
-		pdctl_json_null(j, "last_seen_s");
-	pdctl_json_u64(j, "bytes_tx", p->bytes_tx);
-	pdctl_json_u64(j, "bytes_rx", p->bytes_rx);
-	pdctl_json_u64(j, "chunks_tx", p->chunks_tx);
-	pdctl_json_u64(j, "chunks_rx", p->chunks_rx);
-	pdctl_json_u64(j, "requests", p->requests_live);
-	pdctl_json_obj_end(j);
+	if (!ns)
+		return json_null();
+	return pdctl_json_f64(s->now_ns > ns ? (double)(s->now_ns - ns) / 1e9 : 0.0);
 }
 
-static void vals_json(struct pdctl_json *j, const struct pdctl_snap *s, const char *key,
-		      int (*filter)(const struct pdctl_val *v))
+static json_t *peer_json(const struct pdctl_snap *s, const struct pd_stat_peer *p)
 {
-	pdctl_json_obj_begin(j, key);
-	for (uint32_t i = 0; i < s->nvals; i++)
-		if (!filter || filter(&s->vals[i]))
-			pdctl_json_u64(j, s->vals[i].name, s->vals[i].v);
-	pdctl_json_obj_end(j);
+	return json_pack("{s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:o,"
+			 " s:o, s:o, s:o, s:o, s:o}",
+			 "name", pdctl_json_str(p->name), "ctrl", pdctl_json_str(p->ctrl),
+			 "state", pdctl_peer_state_name(p->state),
+			 "transport", pdctl_json_str(p->transport), "why", pdctl_json_str(p->why),
+			 "lanes", pdctl_json_u64(p->lanes), "epoch", pdctl_json_u64(p->epoch),
+			 "last_seen_s", ago_json(s, p->last_seen_ns),
+			 "bytes_tx", pdctl_json_u64(p->bytes_tx),
+			 "bytes_rx", pdctl_json_u64(p->bytes_rx),
+			 "chunks_tx", pdctl_json_u64(p->chunks_tx),
+			 "chunks_rx", pdctl_json_u64(p->chunks_rx),
+			 "requests", pdctl_json_u64(p->requests_live));
 }
 
-static void kinds_json(struct pdctl_json *j, const struct pdctl_snap *s)
+static json_t *peers_json(const struct pdctl_snap *s)
 {
-	pdctl_json_obj_begin(j, "kinds");
-	for (uint32_t i = 0; i < s->nvals; i++)
-		pdctl_json_str(j, s->vals[i].name,
-			       s->vals[i].kind == PD_STAT_KIND_GAUGE ? "gauge" : "counter");
-	pdctl_json_obj_end(j);
+	json_t *arr = json_array();
+
+	for (uint32_t i = 0; arr && i < s->st->npeers; i++) {
+		if (json_array_append_new(arr, peer_json(s, &s->st->peer[i])) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	}
+	return arr;
 }
 
-static void hist_json(struct pdctl_json *j, const struct pd_stat_hist *h)
+/* An object of the values filter picks (NULL: all); kinds: their kinds instead. */
+static json_t *vals_json(const struct pdctl_snap *s, int (*filter)(const struct pdctl_val *v),
+			 int kinds)
 {
-	pdctl_json_obj_begin(j, h->name);
-	pdctl_json_u64(j, "count", h->count);
-	pdctl_json_f64(j, "sum_s", (double)h->sum_ns / 1e9);
-	pdctl_json_f64(j, "p50_s", (double)pd_stats_hist_quantile_ns(h, 0.5) / 1e9);
-	pdctl_json_f64(j, "p90_s", (double)pd_stats_hist_quantile_ns(h, 0.9) / 1e9);
-	pdctl_json_f64(j, "p99_s", (double)pd_stats_hist_quantile_ns(h, 0.99) / 1e9);
-	pdctl_json_obj_end(j);
+	json_t *obj = json_object();
+
+	for (uint32_t i = 0; obj && i < s->nvals; i++) {
+		const struct pdctl_val *v = &s->vals[i];
+		const char *kind = v->kind == PD_STAT_KIND_GAUGE ? "gauge" : "counter";
+
+		if (filter && !filter(v))
+			continue;
+		if (pdctl_json_set(obj, v->name, kinds ? json_string(kind) :
+				   pdctl_json_u64(v->v)) < 0) {
+			json_decref(obj);
+			obj = NULL;
+		}
+	}
+	return obj;
 }
 
-static void head_json(struct pdctl_json *j, const struct pdctl_snap *s)
+static json_t *hist_json(const struct pd_stat_hist *h)
 {
-	pdctl_json_str(j, "name", s->name);
-	pdctl_json_i64(j, "pid", s->pid);
-	pdctl_json_u64(j, "epoch", s->epoch);
-	pdctl_json_str(j, "state", pdctl_state_name(s->state));
-	pdctl_json_u64(j, "start_ns", s->start_ns);
-	pdctl_json_f64(j, "uptime_s", s->now_ns > s->start_ns ?
-		       (double)(s->now_ns - s->start_ns) / 1e9 : 0.0);
+	return json_pack("{s:o, s:o, s:o, s:o, s:o}", "count", pdctl_json_u64(h->count),
+			 "sum_s", pdctl_json_f64((double)h->sum_ns / 1e9),
+			 "p50_s", pdctl_json_f64((double)pd_stats_hist_quantile_ns(h, 0.5) / 1e9),
+			 "p90_s", pdctl_json_f64((double)pd_stats_hist_quantile_ns(h, 0.9) / 1e9),
+			 "p99_s", pdctl_json_f64((double)pd_stats_hist_quantile_ns(h, 0.99) / 1e9));
 }
 
-void pdctl_status_json(const struct pdctl_snap *s, int pretty)
+static json_t *hists_json(const struct pdctl_snap *s)
 {
-	struct pdctl_json j;
+	json_t *obj = json_object();
+
+	for (uint32_t i = 0; obj && i < s->st->nhist; i++) {
+		const struct pd_stat_hist *h = &s->st->hist[i];
+
+		if (h->name[0] && pdctl_json_set(obj, h->name, hist_json(h)) < 0) {
+			json_decref(obj);
+			obj = NULL;
+		}
+	}
+	return obj;
+}
+
+int pdctl_status_json(const struct pdctl_snap *s, int pretty)
+{
 	char warn[256];
+	const char *w = pdctl_stale_warning(s, warn, sizeof(warn));
+	double up = s->now_ns > s->start_ns ? (double)(s->now_ns - s->start_ns) / 1e9 : 0.0;
 
-	pdctl_json_init(&j, stdout, pretty);
-	pdctl_json_obj_begin(&j, NULL);
-	head_json(&j, s);
-	info_json(&j, s);
-	pdctl_json_obj_begin(&j, "pools");
-	pool_json(&j, "send", &s->send);
-	pool_json(&j, "recv", &s->recv);
-	pdctl_json_obj_end(&j);
-	admission_json(&j, s);
-	pdctl_json_u64(&j, "agents", s->agents);
-	pdctl_json_arr_begin(&j, "peers");
-	for (uint32_t i = 0; i < s->st->npeers; i++)
-		peer_json(&j, s, &s->st->peer[i]);
-	pdctl_json_arr_end(&j);
-	vals_json(&j, s, "requests", pdctl_val_is_request);
-	vals_json(&j, s, "moved", pdctl_val_is_moved);
-	vals_json(&j, s, "errors", pdctl_val_is_error);
-	vals_json(&j, s, "counters", NULL);
-	kinds_json(&j, s);
-	pdctl_json_obj_begin(&j, "histograms");
-	for (uint32_t i = 0; i < s->st->nhist; i++)
-		if (s->st->hist[i].name[0])
-			hist_json(&j, &s->st->hist[i]);
-	pdctl_json_obj_end(&j);
-	pdctl_json_bool(&j, "published", s->published);
-	pdctl_json_f64(&j, "stale_s", (double)s->stale_ns / 1e9);
-	if (pdctl_stale_warning(s, warn, sizeof(warn)))
-		pdctl_json_str(&j, "warning", warn);
-	pdctl_json_obj_end(&j);
-	pdctl_json_end(&j);
+	return pdctl_json_print(json_pack(
+		"{s:o, s:I, s:o, s:s, s:o, s:o, s:o, s:{s:o, s:o}, s:o, s:I, s:o,"
+		" s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o*}",
+		"name", pdctl_json_str(s->name), "pid", (json_int_t)s->pid,
+		"epoch", pdctl_json_u64(s->epoch), "state", pdctl_state_name(s->state),
+		"start_ns", pdctl_json_u64(s->start_ns), "uptime_s", pdctl_json_f64(up),
+		"info", info_json(s),
+		"pools", "send", pool_json(&s->send), "recv", pool_json(&s->recv),
+		"admission", admission_json(s), "agents", (json_int_t)s->agents,
+		"peers", peers_json(s),
+		"requests", vals_json(s, pdctl_val_is_request, 0),
+		"moved", vals_json(s, pdctl_val_is_moved, 0),
+		"errors", vals_json(s, pdctl_val_is_error, 0),
+		"counters", vals_json(s, NULL, 0), "kinds", vals_json(s, NULL, 1),
+		"histograms", hists_json(s), "published", s->published,
+		"stale_s", pdctl_json_f64((double)s->stale_ns / 1e9),
+		"warning", w ? pdctl_json_str(w) : NULL), pretty);
 }
