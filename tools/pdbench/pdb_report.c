@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* pdbench: the progress line, the summary table, the JSON file, the verdict. */
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "pd_time.h"
 #include "pdb.h"
@@ -134,66 +137,98 @@ void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result
 	(void)fflush(stdout);
 }
 
-static void json_str(FILE *f, const char *s)
+/* jansson's integers are signed 64-bit: beyond INT64_MAX (a --seed can be),
+ * the nearest double. */
+static json_t *json_u64(uint64_t v)
 {
-	(void)fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			(void)fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			(void)fprintf(f, "\\u%04x", (unsigned)*s);
-		else
-			(void)fputc(*s, f);
-	}
-	(void)fputc('"', f);
+	return v <= INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
 }
 
-/* A failed write leaves f's error indicator set: pd_bench_report_json checks it. */
-static void json_body(FILE *f, const struct pd_bench_opts *o, const struct pd_bench_result *r)
+/* The members keep the order the file has always had. */
+static json_t *json_results(const struct pd_bench_result *r)
 {
-	(void)fprintf(f, "{\n  \"requests\": %" PRIu32 ",\n  \"requests_ok\": %" PRIu32
-		",\n  \"requests_failed\": %" PRIu32 ",\n  \"requests_cancelled\": %" PRIu32
-		",\n  \"bytes\": %" PRIu64 ",\n  \"seconds\": %.6f,\n  \"gb_per_s\": %.6f,\n",
-		r->requests, r->ok, r->failed, r->cancelled, r->bytes, r->seconds,
-		gbps(r->bytes, r->seconds));
-	(void)fprintf(f, "  \"lat_p50_ms\": %.6f,\n  \"lat_p99_ms\": %.6f,\n  \"admit_wait_p50_ms\": %.6f,"
-		"\n  \"admit_wait_p99_ms\": %.6f,\n", lat_ms(r, 0.50), lat_ms(r, 0.99),
-		(double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
-	(void)fprintf(f, "  \"sender_admit_p50_ms\": %.6f,\n  \"sender_admit_p99_ms\": %.6f,\n"
-		"  \"sender_admit_samples\": %" PRIu32 ",\n  \"alloc_deferred\": %" PRIu64 ",\n",
-		sadmit_ms(r, 0.50), sadmit_ms(r, 0.99), r->nsadmit, r->deferred);
-	(void)fprintf(f, "  \"engine_steps\": %" PRIu64 ",\n  \"engine_sleeps\": %" PRIu64
-		",\n  \"engine_fd_wakeups\": %" PRIu64 ",\n", r->steps, r->sleeps, r->fd_wakes);
-	(void)fprintf(f, "  \"reserved_left\": %" PRIu64 ",\n  \"waiting_left\": %" PRIu64 ",\n",
-		r->reserved_left, r->waiting_left);
-	(void)fprintf(f, "  \"moved_tcp_bytes\": %" PRIu64 ",\n  \"moved_shm_bytes\": %" PRIu64
-		",\n  \"moved_rdma_bytes\": %" PRIu64 ",\n", r->moved.tcp, r->moved.shm,
-		r->moved.rdma);
-	(void)fprintf(f, "  \"lost\": %" PRIu32 ",\n  \"corrupted\": %" PRIu32
-		",\n  \"corrupted_chunks\": %" PRIu64 ",\n  \"leaked_slots\": %" PRIu64
-		",\n  \"leaks_checked\": %s,\n  \"leaks_counted\": %s,\n"
-		"  \"interrupted\": %s,\n  \"bad_exits\": %" PRIu32 ",\n", r->lost, r->corrupted,
-		r->corrupted_chunks, r->leaked_slots, r->leaks_checked ? "true" : "false",
-		r->leaks_counted ? "true" : "false", r->interrupted ? "true" : "false", r->bad_exits);
-	(void)fprintf(f, "  \"engine\": \"%s\",\n  \"decode_hold_ms\": %" PRIu32 ",\n",
-		engine_name(o), o->decode_hold_ms);
-	(void)fprintf(f, "  \"local\": %s,\n  \"prefill\": %" PRIu32 ",\n  \"decode\": %" PRIu32
-		",\n  \"tp\": %" PRIu32 ",\n  \"transport\": ", o->local ? "true" : "false",
-		o->nprefill, o->ndecode, o->tp);
-	json_str(f, o->local ? o->transport : "");
-	(void)fprintf(f, ",\n  \"chunks\": %" PRIu32 ",\n  \"chunks_min\": %" PRIu32
-		",\n  \"chunks_max\": %" PRIu32 ",\n  \"batch\": %" PRIu32 ",\n  \"slot_size\": %" PRIu64
-		",\n  \"recv_slots\": %" PRIu32 ",\n  \"send_slots\": %" PRIu32, o->chunks_max,
-		o->chunks_min, o->chunks_max, o->batch, o->slot_size, o->recv_slots, o->send_slots);
-	(void)fprintf(f, ",\n  \"concurrency\": %" PRIu32 ",\n  \"abort_rate\": %.6f,\n  \"partial\": %s,"
-		"\n  \"seed\": %" PRIu64 ",\n  \"timeout_s\": %" PRIu32 "\n}\n", o->concurrency,
-		o->abort_rate, o->partial ? "true" : "false", o->seed, o->timeout_s);
+	return json_pack("{s:I, s:I, s:I, s:I, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f,"
+			 " s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+			 "requests", (json_int_t)r->requests, "requests_ok", (json_int_t)r->ok,
+			 "requests_failed", (json_int_t)r->failed,
+			 "requests_cancelled", (json_int_t)r->cancelled,
+			 "bytes", json_u64(r->bytes), "seconds", r->seconds,
+			 "gb_per_s", gbps(r->bytes, r->seconds), "lat_p50_ms", lat_ms(r, 0.50),
+			 "lat_p99_ms", lat_ms(r, 0.99),
+			 "admit_wait_p50_ms", (double)r->admit_p50_ns / 1e6,
+			 "admit_wait_p99_ms", (double)r->admit_p99_ns / 1e6,
+			 "sender_admit_p50_ms", sadmit_ms(r, 0.50),
+			 "sender_admit_p99_ms", sadmit_ms(r, 0.99),
+			 "sender_admit_samples", (json_int_t)r->nsadmit,
+			 "alloc_deferred", json_u64(r->deferred),
+			 "engine_steps", json_u64(r->steps), "engine_sleeps", json_u64(r->sleeps),
+			 "engine_fd_wakeups", json_u64(r->fd_wakes),
+			 "reserved_left", json_u64(r->reserved_left),
+			 "waiting_left", json_u64(r->waiting_left),
+			 "moved_tcp_bytes", json_u64(r->moved.tcp),
+			 "moved_shm_bytes", json_u64(r->moved.shm),
+			 "moved_rdma_bytes", json_u64(r->moved.rdma));
+}
+
+static json_t *json_verdict(const struct pd_bench_result *r)
+{
+	return json_pack("{s:I, s:I, s:o, s:o, s:b, s:b, s:b, s:I}", "lost", (json_int_t)r->lost,
+			 "corrupted", (json_int_t)r->corrupted,
+			 "corrupted_chunks", json_u64(r->corrupted_chunks),
+			 "leaked_slots", json_u64(r->leaked_slots),
+			 "leaks_checked", r->leaks_checked, "leaks_counted", r->leaks_counted,
+			 "interrupted", r->interrupted, "bad_exits", (json_int_t)r->bad_exits);
+}
+
+static json_t *json_options(const struct pd_bench_opts *o)
+{
+	return json_pack("{s:s, s:I, s:b, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:o, s:I,"
+			 " s:I, s:I, s:f, s:b, s:o, s:I}",
+			 "engine", engine_name(o), "decode_hold_ms", (json_int_t)o->decode_hold_ms,
+			 "local", o->local, "prefill", (json_int_t)o->nprefill,
+			 "decode", (json_int_t)o->ndecode, "tp", (json_int_t)o->tp,
+			 "transport", o->local ? o->transport : "",
+			 "chunks", (json_int_t)o->chunks_max, "chunks_min", (json_int_t)o->chunks_min,
+			 "chunks_max", (json_int_t)o->chunks_max, "batch", (json_int_t)o->batch,
+			 "slot_size", json_u64(o->slot_size),
+			 "recv_slots", (json_int_t)o->recv_slots,
+			 "send_slots", (json_int_t)o->send_slots,
+			 "concurrency", (json_int_t)o->concurrency, "abort_rate", o->abort_rate,
+			 "partial", o->partial, "seed", json_u64(o->seed),
+			 "timeout_s", (json_int_t)o->timeout_s);
+}
+
+/* One object: the results, the verdict's counts, then the options. */
+static json_t *json_doc(const struct pd_bench_opts *o, const struct pd_bench_result *r)
+{
+	json_t *doc = json_results(r);
+
+	if (json_object_update_new(doc, json_verdict(r)) < 0 ||
+	    json_object_update_new(doc, json_options(o)) < 0) {
+		json_decref(doc);
+		return NULL;
+	}
+	return doc;
+}
+
+/* doc into f: indented, a member a line (tools/compare-peers.sh reads
+ * "gb_per_s" with sed); reals with 15 digits (DBL_DIG, as pdctl), which
+ * print a decimal such as --abort-rate 0.2 as itself. */
+static int json_write(FILE *f, json_t *doc)
+{
+	if (!doc)
+		return -ENOMEM;
+	if (json_dumpf(doc, f, JSON_INDENT(2) | JSON_REAL_PRECISION(DBL_DIG)) < 0 ||
+	    fputc('\n', f) == EOF || ferror(f))
+		return -EIO;
+	return 0;
 }
 
 int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *r,
 			 const char *path)
 {
 	FILE *f = fopen(path, "w");
+	json_t *doc;
 	int rc;
 
 	if (!f) {
@@ -201,8 +236,9 @@ int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *
 		(void)fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
 		return rc;
 	}
-	json_body(f, o, r);
-	rc = ferror(f) ? -EIO : 0;
+	doc = json_doc(o, r);
+	rc = json_write(f, doc);
+	json_decref(doc);
 	if (fclose(f) != 0 && rc == 0)
 		rc = -errno;
 	if (rc < 0)
