@@ -29,6 +29,17 @@ extern "C" {
  * pd_strerror() turns any of them into a message.
  */
 
+/**
+ * Log levels, most severe first, with fixed values: the level a log
+ * function (pd_agent_log_fn) is given, and what PD_LOG_LEVEL=err|warn|
+ * info|debug names. A level shows its lines and those of the levels
+ * above it.
+ */
+#define PD_LOG_ERR   1 /* something failed or was lost (an event dropped, a repair failed) */
+#define PD_LOG_WARN  2 /* something was recovered or refused (a dead peer's state repaired) */
+#define PD_LOG_INFO  3 /* a notable change of state */
+#define PD_LOG_DEBUG 4 /* the steps of attach and detach, and more */
+
 /** Longest chunk key, in bytes. */
 #define PD_KEY_MAX 255
 /** Longest request id, in bytes. */
