@@ -2,8 +2,6 @@
 /* libpdagent: attach, detach, broker liveness, logging. */
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,43 +12,15 @@
 #include "pd_err.h"
 #include "pd_time.h"
 
-#define DEFAULT_ATTACH_MS 5000u
-
-void pd_agent_opts_init(struct pd_agent_opts *o, size_t opts_size)
-{
-	if (!o || opts_size < sizeof(*o))
-		return;
-	memset(o, 0, opts_size);
-	o->opts_size = sizeof(*o);
-	o->roles = PD_AGENT_SEND | PD_AGENT_RECV;
-	o->tp_size = 1;
-	o->attach_timeout_ms = DEFAULT_ATTACH_MS;
-}
-
 uint64_t ag_tag(const void *req_id, uint32_t len)
 {
 	return pd_req_tag(req_id, len);
 }
 
-void ag_log(struct pd_agent *a, int level, const char *fmt, ...)
-{
-	char msg[256];
-	va_list ap;
-
-	if (!a->log)
-		return;
-	va_start(ap, fmt);
-	(void)vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	a->log(a->log_ctx, level, msg);
-}
-
 void pd_agent_set_log_fn(struct pd_agent *a, pd_agent_log_fn *fn, void *ctx)
 {
-	if (!a)
-		return;
-	a->log = fn;
-	a->log_ctx = ctx;
+	if (a)
+		pd_log_sink_set(&a->sink, fn, ctx);
 }
 
 /* 0 while the broker lives; -ENOTCONN (latched) once it is gone. */
@@ -64,8 +34,8 @@ int ag_check_broker(void *ctx)
 		return -ENOTCONN;
 	if ((poll(&p, 1, 0) > 0 && p.revents) || st == PD_SHM_DEAD || st == PD_SHM_DRAINING ||
 	    a->shm.seg.hdr->epoch != a->epoch) {
-		atomic_store(&a->gone, 1);
-		ag_log(a, 2, "broker gone");
+		if (!atomic_exchange(&a->gone, 1)) /* said once */
+			AG_LOG(a, WARN, "broker gone (agent %u)", a->id);
 		return -ENOTCONN;
 	}
 	return 0;
@@ -84,12 +54,18 @@ uint64_t pd_slot_size(const struct pd_agent *a)
 
 /* ---- attach ---------------------------------------------------------------------- */
 
-static int sock_path(const struct pd_agent_opts *o, char *buf, size_t len)
+static const char *broker_name(const struct pd_agent_opts *o)
 {
 	const char *name = o->broker ? o->broker : getenv("PDKV_BROKER");
+
+	return name ? name : "default";
+}
+
+static int sock_path(const struct pd_agent_opts *o, char *buf, size_t len)
+{
 	const char *dir = o->rundir ? o->rundir : getenv("PDKV_RUNDIR");
 
-	return pd_rundir_path(dir, name ? name : "default", ".sock", buf, len);
+	return pd_rundir_path(dir, broker_name(o), ".sock", buf, len);
 }
 
 static void close_fds(int *fds, uint32_t n)
@@ -146,14 +122,16 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 	struct pd_attach_hello h;
 	struct pd_attach_ack ack;
 	int fds[PD_ATTACH_NFDS] = { -1, -1, -1 };
+	uint32_t ms = o->attach_timeout_ms ? o->attach_timeout_ms : AG_ATTACH_MS;
 	char path[256];
 	int rc = sock_path(o, path, sizeof(path));
 
 	if (rc < 0)
 		return rc;
+	AG_LOG(a, DEBUG, "attaching to %s (roles %#x, rank %u of %u, timeout %u ms)", path,
+	       o->roles, o->tp_rank, o->tp_size, ms);
 	pd_attach_hello_init(&h, o->roles, o->tp_rank, o->tp_size);
-	rc = pd_attach_connect(path, &h, o->attach_timeout_ms ? o->attach_timeout_ms :
-				DEFAULT_ATTACH_MS, &ack, fds, &a->sock, NULL, 0);
+	rc = pd_attach_connect(path, &h, ms, &ack, fds, &a->sock, NULL, 0);
 	if (rc < 0)
 		return rc;
 	rc = map_segment(a, fds[0], &ack);
@@ -170,45 +148,9 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 	return 0;
 }
 
-int pd_agent_attach(const struct pd_agent_opts *o, struct pd_agent **out)
+/* What an attached agent holds, but its memory; its pointers are left NULL. */
+static void release(struct pd_agent *a)
 {
-	struct pd_agent_opts def;
-	struct pd_agent *a;
-	int rc;
-
-	if (!out)
-		return -EINVAL;
-	if (!o) {
-		pd_agent_opts_init(&def, sizeof(def));
-		o = &def;
-	}
-	if (o->opts_size < offsetof(struct pd_agent_opts, reserved) || o->flags ||
-	    !o->roles || (o->roles & ~(PD_AGENT_SEND | PD_AGENT_RECV)))
-		return -EINVAL;
-	a = calloc(1, sizeof(*a));
-	if (!a)
-		return -ENOMEM;
-	rc = init_state(a);
-	if (rc == 0)
-		rc = connect_broker(a, o);
-	if (rc < 0) {
-		free(a->events);
-		free(a);
-		return rc;
-	}
-	rc = ag_journal_init(a);
-	if (rc < 0) {
-		pd_agent_detach(a);
-		return rc;
-	}
-	*out = a;
-	return 0;
-}
-
-void pd_agent_detach(struct pd_agent *a)
-{
-	if (!a)
-		return;
 	ag_unpin_all(a);
 	if (a->shm.has_send)
 		(void)pd_pool_reclaim(&a->shm.send, a->id);
@@ -223,6 +165,79 @@ void pd_agent_detach(struct pd_agent *a)
 	free(a->pins);
 	free(a->free_cells);
 	free(a->events);
+	a->sqbuf = NULL;
+	a->pins = NULL;
+	a->free_cells = NULL;
+	a->events = NULL;
 	pd_reqtab_fini(&a->reqs);
+}
+
+/* Everything of the attach but a's memory and sink, logged to a's sink. On
+ * failure a holds nothing but its events array (NULL or to free). */
+static int attach_scoped(struct pd_agent *a, const struct pd_agent_opts *o)
+{
+	AG_LOG_SCOPE(a);
+	int rc = init_state(a);
+
+	if (rc == 0)
+		rc = connect_broker(a, o);
+	if (rc == 0) {
+		rc = ag_journal_init(a);
+		if (rc < 0)
+			release(a);
+	}
+	if (rc < 0)
+		AG_LOG(a, WARN, "attach to broker '%s' failed: %s", broker_name(o),
+		       pd_strerror(rc));
+	else
+		AG_LOG(a, DEBUG, "attached as agent %u (epoch %llu, %s%s)", a->id,
+		       (unsigned long long)a->epoch, a->shm.has_send ? "send" : "",
+		       a->shm.has_recv ? " recv" : "");
+	return rc;
+}
+
+int pd_agent_attach(const struct pd_agent_opts *uo, struct pd_agent **out)
+{
+	struct pd_agent_opts o;
+	struct pd_agent *a;
+	int rc;
+
+	pd_log_init_env(); /* PD_LOG_LEVEL, PD_LOG_FILE: once per process */
+	if (!out)
+		return -EINVAL;
+	rc = ag_opts_read(uo, &o);
+	if (rc < 0)
+		return rc;
+	if (o.flags || !o.roles || (o.roles & ~(PD_AGENT_SEND | PD_AGENT_RECV)))
+		return -EINVAL;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	pd_log_sink_set(&a->sink, o.log_fn, o.log_ctx);
+	rc = attach_scoped(a, &o);
+	if (rc < 0) {
+		pd_log_sink_set(&a->sink, NULL, NULL);
+		free(a->events);
+		free(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+static void detach_scoped(struct pd_agent *a)
+{
+	AG_LOG_SCOPE(a);
+
+	AG_LOG(a, DEBUG, "detaching agent %u", a->id);
+	release(a);
+}
+
+void pd_agent_detach(struct pd_agent *a)
+{
+	if (!a)
+		return;
+	detach_scoped(a);
+	pd_log_sink_set(&a->sink, NULL, NULL);
 	free(a);
 }

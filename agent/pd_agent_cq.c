@@ -87,7 +87,7 @@ static void file_mail(struct pd_agent *a, const struct pd_cqe *c)
 	if (abandoned(a, c->user))
 		return;
 	if (a->nmail == AG_MAX_MAIL) {
-		ag_log(a, 2, "mailbox full: the oldest answer dropped");
+		AG_LOG(a, WARN, "mailbox full: the oldest answer dropped");
 		memmove(a->mail, a->mail + 1, (AG_MAX_MAIL - 1) * sizeof(a->mail[0]));
 		a->nmail--;
 	}
@@ -120,7 +120,9 @@ static void file(struct pd_agent *a, const struct pd_cqe *c)
 			a->events[(a->ev_head + a->ev_count) % AG_MAX_EVENTS] = *c;
 			a->ev_count++;
 		} else {
-			ag_log(a, 2, "event queue full: event for request dropped");
+			AG_LOG(a, ERR, "event queue full: an event of request %.*s dropped",
+			       (int)(c->req_id_len <= PD_REQ_ID_MAX ? c->req_id_len : 0),
+			       (const char *)c->req_id);
 		}
 	} else {
 		file_mail(a, c);

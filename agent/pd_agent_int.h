@@ -4,11 +4,13 @@
 
 /* libpdagent internals, shared by the agent library sources only. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <pdkv/agent.h>
 
 #include "pd_layout.h"
+#include "pd_log.h"
 #include "pd_reqtab.h"
 
 #define AG_MAX_EVENTS    4096u /* completions waiting for pd_next_event() */
@@ -16,6 +18,8 @@
 #define AG_MAX_ABANDONED 1024u /* asks whose caller timed out: their late answers are dropped */
 #define AG_MAX_CANCELLED 64u   /* remembered cancels (refuse later allocs) */
 #define AG_SLICE_MS      100u  /* waits re-check the broker at least this often */
+#define AG_ATTACH_MS     5000u /* attach_timeout_ms 0 */
+#define AG_ASK_MS        5000u /* bound on an answer the broker owes at once */
 
 struct ag_pin {
 	uint64_t req_tag;
@@ -60,15 +64,43 @@ struct pd_agent {
 	uint32_t *free_cells;        /* stack of free cell numbers */
 	uint32_t nfree_cells;
 
-	pd_agent_log_fn *log;
-	void *log_ctx;
+	struct pd_log_sink sink;     /* pd_agent_set_log_fn(): this agent's lines */
 };
 
 /* pd_agent.c */
 int ag_check_broker(void *ctx);
 uint64_t ag_tag(const void *req_id, uint32_t len);
-void ag_log(struct pd_agent *a, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+
+/* pd_agent_abi.c */
+/* The caller's options (NULL: the defaults) as this library's struct: the
+ * fields its opts_size holds, defaults for the rest. 0; -EINVAL opts_size
+ * too small or too large, or bytes past this library's fields not zero. */
+int ag_opts_read(const struct pd_agent_opts *in, struct pd_agent_opts *out);
+/* 1 when the n bytes at p are all zero (reserved bytes unused). */
+int ag_zeroed(const void *p, size_t n);
+
+/* A line of this agent (component "agent"), to its sink; the level check
+ * comes before the arguments are evaluated. */
+#define AG_LOG(a, lvl, ...)                                                             \
+	do {                                                                            \
+		if (PD_LOG_##lvl <= pd_log_level)                                       \
+			pd_log_emit_to(&(a)->sink, PD_LOG_##lvl, "agent", __FILE__, __LINE__, \
+				       __VA_ARGS__);                                    \
+	} while (0)
+
+static inline void ag_scope_end(const struct pd_log_sink *const *prev)
+{
+	pd_log_scope_leave(*prev);
+}
+
+/* Until the end of the enclosing block, what the core logs on this thread
+ * (a pool repaired after a dead holder, ...) is a's: it goes to a's sink.
+ * Every public call on an agent that reaches the core opens one; a may be
+ * NULL (the process's destination). */
+#define AG_LOG_SCOPE(a)                                                        \
+	const struct pd_log_sink *const ag_scope_prev_                         \
+		__attribute__((cleanup(ag_scope_end), unused)) =               \
+			pd_log_scope_enter((a) ? &(a)->sink : NULL)
 
 /* pd_agent_recv.c */
 int ag_journal_init(struct pd_agent *a);

@@ -21,11 +21,12 @@ static uint64_t next_user(struct pd_agent *a)
 	return u;
 }
 
-/* Submit a request-scoped op and wait for its answer. */
-static int ask(struct pd_agent *a, uint32_t op, const char *req_id, uint32_t timeout_ms,
-	       struct pd_cqe *answer)
+/* Submit a request-scoped op (arg: PD_SQ_RECV_WAIT's broker-side timeout)
+ * and wait at most timeout_ms for its answer. */
+static int ask(struct pd_agent *a, uint32_t op, const char *req_id, uint32_t arg,
+	       uint32_t timeout_ms, struct pd_cqe *answer)
 {
-	struct pd_sqe e = { .op = op, .arg = op == PD_SQ_RECV_WAIT ? timeout_ms : 0 };
+	struct pd_sqe e = { .op = op, .arg = arg };
 	int rc;
 
 	if (ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
@@ -40,14 +41,20 @@ int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 {
 	struct pd_cqe c;
 	int rc;
+	AG_LOG_SCOPE(a);
 
 	if (!recv_side(a) || !info)
 		return -EINVAL;
-	rc = ask(a, PD_SQ_RECV_WAIT, req_id, timeout_ms, &c);
+	/* 0, do not wait: the broker answers at once for a request complete or
+	 * failed, else expires the ask (1 ms) at its next tick. Its arg 0
+	 * would mean "no deadline". */
+	rc = timeout_ms ? ask(a, PD_SQ_RECV_WAIT, req_id, timeout_ms, timeout_ms, &c) :
+			  ask(a, PD_SQ_RECV_WAIT, req_id, 1, AG_ASK_MS, &c);
 	if (rc < 0)
 		return rc;
 	if (c.status == -ETIME) /* the broker expired the wait: our timeout, seen first there */
 		return -ETIMEDOUT;
+	memset(info, 0, sizeof(*info));
 	info->chunks = c.chunks;
 	info->status = c.status;
 	return 0;
@@ -138,6 +145,7 @@ int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const voi
 	struct pd_index_val v;
 	const void *data = NULL;
 	int cell, rc;
+	AG_LOG_SCOPE(a);
 
 	if (!recv_side(a) || !key || klen == 0 || klen > PD_KEY_MAX || !ptr || !len)
 		return -EINVAL;
@@ -204,10 +212,11 @@ int pd_recv_release(struct pd_agent *a, const char *req_id)
 {
 	struct pd_cqe c;
 	int rc;
+	AG_LOG_SCOPE(a);
 
 	if (!recv_side(a))
 		return -EINVAL;
-	rc = ask(a, PD_SQ_RECV_RELEASE, req_id, 5000, &c);
+	rc = ask(a, PD_SQ_RECV_RELEASE, req_id, 0, AG_ASK_MS, &c);
 	if (rc < 0)
 		return rc;
 	/* The broker freed what no one pins; our pinned slots go when we

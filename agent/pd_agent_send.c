@@ -20,6 +20,7 @@ int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *sl
 	uint64_t deadline = pd_deadline_ms(timeout_ms) | 1; /* never 0: "do not wait" */
 	struct pd_pool_who who;
 	int rc;
+	AG_LOG_SCOPE(a);
 
 	if (!send_side(a) || !slots || n == 0 || len == 0 || len > PD_REQ_ID_MAX)
 		return -EINVAL;
@@ -47,7 +48,8 @@ static int decl_ok(const struct pd_agent *a, const struct pd_decl *d)
 	size_t ep = d && d->endpoint ? strnlen(d->endpoint, PD_ENDPOINT_MAX + 1) : 0;
 
 	return send_side(a) && d && ep && ep <= PD_ENDPOINT_MAX && !d->flags &&
-	       d->world_size >= 1 && d->world_size <= PD_WORLD_MAX && d->rank < d->world_size;
+	       d->world_size >= 1 && d->world_size <= PD_WORLD_MAX && d->rank < d->world_size &&
+	       ag_zeroed(d->reserved, sizeof(d->reserved));
 }
 
 int pd_declare(struct pd_agent *a, const struct pd_decl *d)
@@ -55,6 +57,7 @@ int pd_declare(struct pd_agent *a, const struct pd_decl *d)
 	struct pd_sqe e = { .op = PD_SQ_DECLARE };
 	struct pd_sqe_put *p = &e.u.put;
 	int rc;
+	AG_LOG_SCOPE(a);
 
 	if (!decl_ok(a, d) || ag_req_copy(p->req_id, &p->req_id_len, d->req_id) < 0)
 		return -EINVAL;
@@ -84,6 +87,7 @@ int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status)
 {
 	uint8_t id[PD_REQ_ID_MAX], len;
 	int rc;
+	AG_LOG_SCOPE(a);
 
 	if (!send_side(a) || ag_req_copy(id, &len, req_id) < 0)
 		return -EINVAL;
@@ -113,6 +117,8 @@ void *pd_slot_data(struct pd_agent *a, pd_slot_ref slot)
 
 int pd_slot_release(struct pd_agent *a, const pd_slot_ref *slots, uint32_t n)
 {
+	AG_LOG_SCOPE(a);
+
 	if (!send_side(a) || (n && !slots))
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
@@ -128,6 +134,7 @@ static int batch_ok(struct pd_agent *a, const struct pd_batch *b)
 	size_t ep = b->endpoint ? strnlen(b->endpoint, PD_ENDPOINT_MAX + 1) : 0;
 
 	if (ep == 0 || ep > PD_ENDPOINT_MAX || (b->n && !b->chunks) || b->world_size == 0 ||
+	    !ag_zeroed(b->reserved, sizeof(b->reserved)) ||
 	    b->rank >= b->world_size || b->n > b->total_chunks || (b->n == 0 && !b->last) ||
 	    b->n > PD_PUT_MAX_CHUNKS || b->n + 1 > a->shm.sq_entries)
 		return -EINVAL;
@@ -135,7 +142,7 @@ static int batch_ok(struct pd_agent *a, const struct pd_batch *b)
 		const struct pd_chunk *c = &b->chunks[i];
 
 		if (!c->key || c->klen == 0 || c->klen > PD_KEY_MAX ||
-		    c->len > a->shm.send.slot_size)
+		    c->len > a->shm.send.slot_size || !ag_zeroed(c->reserved, sizeof(c->reserved)))
 			return -EINVAL;
 		if (!loaned(a, c->slot))
 			return -ESTALE;
@@ -184,6 +191,7 @@ int pd_put(struct pd_agent *a, const struct pd_batch *b)
 {
 	uint8_t tmp[PD_REQ_ID_MAX], tlen;
 	int rc;
+	AG_LOG_SCOPE(a);
 
 	if (!send_side(a) || !b || ag_req_copy(tmp, &tlen, b->req_id) < 0)
 		return -EINVAL;
@@ -208,6 +216,7 @@ int pd_cancel(struct pd_agent *a, const char *req_id)
 	struct pd_sqe e = { .op = PD_SQ_CANCEL };
 	uint64_t deadline = pd_deadline_ms(1000);
 	int rc;
+	AG_LOG_SCOPE(a);
 
 	if (!a || ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
 		return -EINVAL;
@@ -224,6 +233,7 @@ int pd_next_event(struct pd_agent *a, struct pd_event *ev, uint32_t timeout_ms)
 {
 	struct pd_cqe c;
 	int rc;
+	AG_LOG_SCOPE(a);
 
 	if (!a || !ev)
 		return -EINVAL;

@@ -22,6 +22,33 @@
  * exactly one of pd_put() (the broker takes them) or pd_slot_release()
  * ends the loan. A pointer from pd_slot_data() is valid only while the
  * loan lasts.
+ *
+ * Timeouts: every timeout_ms counts from the call; 0 means "do not wait"
+ * for the calls (each says what it does then) and "the default" in the
+ * structs (pd_agent_opts.attach_timeout_ms, pd_decl.timeout_ms).
+ *
+ * ABI growth, one convention per kind of struct:
+ *  - struct pd_agent_opts is versioned by opts_size: fill it with
+ *    pd_agent_opts_init(&o, sizeof(o)). New fields go at its end only. A
+ *    caller built against an older, smaller struct passes its smaller
+ *    size: the library reads the fields that fit and takes the defaults
+ *    for the rest; bytes past the fields this library knows must be zero.
+ *  - The structs passed to a call or filled by it (pd_decl, pd_batch,
+ *    pd_chunk, pd_event, pd_recv_info) have fixed sizes and end in
+ *    reserved bytes; new fields are carved from them, and a zero field
+ *    always means the behaviour of the versions before it. Callers zero
+ *    them (a designated initialiser, = { 0 } or memset does): the library
+ *    refuses (-EINVAL) a pd_decl, pd_batch or pd_chunk whose reserved
+ *    bytes are not zero, and zeroes them in what it fills.
+ *
+ * Logging: silent by default. PD_LOG_LEVEL=err|warn|info|debug turns the
+ * library's lines on, of that level and the levels above it, to stderr,
+ * or to the file PD_LOG_FILE names (appended); both are read once per
+ * process, at the first pd_agent_attach(), and PD_LOG_FILE alone turns
+ * nothing on. pd_agent_set_log_fn() (or pd_agent_opts.log_fn) routes one
+ * agent's lines to a function instead: its own, and those the core it
+ * links logs while running a call on that agent (a slot pool repaired
+ * after a process died holding it, ...).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -34,11 +61,23 @@ extern "C" {
 
 struct pd_agent;
 
+/**
+ * Receives the library's log lines, one call per line.
+ * @param ctx    the ctx given with the function.
+ * @param level  PD_LOG_ERR, PD_LOG_WARN, PD_LOG_INFO or PD_LOG_DEBUG
+ *               (<pdkv/types.h>): every level comes; filter here.
+ * @param msg    "component: message", no newline; borrowed for the call.
+ * Thread-safety: called on the thread that logs, from several threads at
+ * once, sometimes with the library's locks held: it must not call into
+ * libpdagent.
+ */
+typedef void pd_agent_log_fn(void *ctx, int level, const char *msg);
+
 #define PD_AGENT_SEND 0x1u /* this rank sends (prefill) */
 #define PD_AGENT_RECV 0x2u /* this rank receives (decode) */
 
 struct pd_agent_opts {
-	size_t opts_size;           /* set by pd_agent_opts_init() */
+	size_t opts_size;           /* the caller's sizeof(struct pd_agent_opts) */
 	const char *broker;         /* broker name; NULL: $PDKV_BROKER, else "default" */
 	const char *rundir;         /* NULL: $PDKV_RUNDIR, else the broker's default */
 	uint32_t roles;             /* PD_AGENT_SEND | PD_AGENT_RECV */
@@ -46,23 +85,42 @@ struct pd_agent_opts {
 	uint32_t tp_size;
 	uint32_t attach_timeout_ms; /* waiting for a starting broker; 0: 5000 */
 	uint32_t flags;             /* none defined: unknown bits -> -EINVAL */
-	uint8_t reserved[32];       /* new fields go at the end only */
+	/* The fields above are mandatory (opts_size covers them at least). */
+	pd_agent_log_fn *log_fn;    /* as pd_agent_set_log_fn(), from the attach on; NULL: none */
+	void *log_ctx;              /* log_fn's ctx */
+	/* New fields go here, at the end only. */
 };
 
-/** Fill o with defaults for this library version. NULL-safe. */
+/**
+ * Fill o with this library's defaults: zero everything in opts_size
+ * bytes, set o->opts_size = opts_size, and set the defaults of the fields
+ * that fit in opts_size (roles both, tp_size 1, attach_timeout_ms 5000).
+ * A caller built against an older, smaller struct passes its own smaller
+ * sizeof; one smaller than opts_size itself leaves o untouched.
+ * @param o          caller memory of opts_size bytes; NULL: nothing.
+ * @param opts_size  sizeof(struct pd_agent_opts) as the caller knows it.
+ * Thread-safety: any thread.
+ */
 void pd_agent_opts_init(struct pd_agent_opts *o, size_t opts_size);
 
 /**
  * Attach to the node's broker.
- * @param o    borrowed; NULL: defaults.
+ * @param o    borrowed for the call; NULL: the defaults. o->opts_size says
+ *             how much of it the caller has: at least up to flags, at most
+ *             4096 bytes; the fields that fit are read, the rest are
+ *             defaults; bytes past the fields this library knows must be 0.
  * @param out  set only on success.
- * @return 0; -EINVAL bad opts; -ENOENT no broker of that name;
- *         -ETIMEDOUT it did not answer in time; -EACCES refused (not the
- *         broker's user or group); -EPROTO incompatible broker; -ENOMEM.
+ * @return 0; -EINVAL bad opts (opts_size too small or too large, unknown
+ *         bytes not zero, bad roles, unknown flags); -ENOENT no broker of
+ *         that name; -ETIMEDOUT it did not answer in time; -EACCES
+ *         refused (not the broker's user or group); -EPROTO incompatible
+ *         broker; -ENOMEM.
+ * Thread-safety: any thread.
  */
 int pd_agent_attach(const struct pd_agent_opts *o, struct pd_agent **out);
 
-/** Detach: loaned slots go back, pins are dropped. NULL-safe. */
+/** Detach: loaned slots go back, pins are dropped. NULL-safe. No other
+ *  call on a may run or follow. */
 void pd_agent_detach(struct pd_agent *a);
 
 /* ---- send side (prefill) ------------------------------------------------- */
@@ -91,6 +149,7 @@ struct pd_decl {
 	uint32_t rank;
 	uint32_t timeout_ms;        /* admission deadline; 0: the broker's default */
 	uint32_t flags;             /* none defined: 0 */
+	uint8_t reserved[28];       /* 0 (see "ABI growth" above) */
 };
 
 /**
@@ -104,7 +163,8 @@ struct pd_decl {
  * receiver is down). The batches of the rank must then carry the same
  * endpoint, total_chunks and world_size.
  * @param d  borrowed for the call.
- * @return 0; -EINVAL bad fields or not a sending agent; -EEXIST this rank
+ * @return 0; -EINVAL bad fields (reserved bytes not zero too) or not a
+ *         sending agent; -EEXIST this rank
  *         of req_id is declared already (on this agent); -EAGAIN the
  *         submission ring is full (retry); -EBUSY this agent holds 65536
  *         requests not ended; -ENOTCONN.
@@ -127,10 +187,12 @@ int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status);
 
 /**
  * Loan n staging slots for an admitted request req_id, all or nothing.
- * A request not admitted yet takes nothing: with timeout_ms 0 the call
- * returns -EAGAIN at once; with a timeout it first waits (at most that
- * long) for the admission, holding nothing, and only then for slots,
- * behind earlier callers (FIFO) within what is left of the timeout.
+ * A request not admitted yet takes nothing: with timeout_ms 0 (do not
+ * wait) the call returns -EAGAIN at once, and an admitted one gets its
+ * slots only if n are free now, else -ETIMEDOUT at once; with a timeout
+ * it first waits (at most that long) for the admission, holding nothing,
+ * and only then for slots, behind earlier callers (FIFO) within what is
+ * left of the timeout.
  * @param slots  n entries, written on success.
  * @return 0; -EAGAIN not admitted yet (nothing loaned: come back later);
  *         -ENOENT req_id was never declared (pd_declare); -ETIMEDOUT no
@@ -158,6 +220,7 @@ struct pd_chunk {
 	uint32_t len;               /* <= pd_slot_size() */
 	uint32_t klen;              /* 1..PD_KEY_MAX */
 	const void *key;            /* borrowed for the call */
+	uint8_t reserved[8];        /* 0 (see "ABI growth" above) */
 };
 
 /** The chunks one rank hands over in one scheduler step. */
@@ -170,6 +233,7 @@ struct pd_batch {
 	uint32_t world_size;        /* sender ranks of the request */
 	uint32_t rank;
 	uint32_t last;              /* 1 on the request's last batch */
+	uint8_t reserved[20];       /* 0 (see "ABI growth" above) */
 };
 
 /**
@@ -179,8 +243,9 @@ struct pd_batch {
  * batch): a batch of a request never declared fails with -ENOENT, one
  * that disagrees with the declaration with -EPROTO.
  * @return 0; -EAGAIN the submission ring is full (retry); -EINVAL bad
- *         batch (nothing taken); -ESTALE a slot is not loaned to this
- *         agent (nothing taken); -ENOTCONN.
+ *         batch, reserved bytes of it or of a chunk not zero included
+ *         (nothing taken); -ESTALE a slot is not loaned to this agent
+ *         (nothing taken); -ENOTCONN.
  */
 int pd_put(struct pd_agent *a, const struct pd_batch *b);
 
@@ -206,12 +271,15 @@ struct pd_event {
 	uint32_t chunks;            /* PUT_DONE: sent; ADMITTED: the rank's total */
 	uint64_t bytes;
 	char req_id[PD_REQ_ID_MAX + 1];
+	uint8_t reserved[40];       /* written 0 (see "ABI growth" above) */
 };
 
 /**
- * Next event, waiting at most timeout_ms (0: do not wait). Per declared
- * rank: at most one PD_EV_ADMITTED, then exactly one PD_EV_PUT_DONE or
- * PD_EV_PUT_FAILED. @return 0; -ETIMEDOUT; -ENOTCONN.
+ * Next event, waiting at most timeout_ms (0: do not wait: an event that
+ * has arrived, else -ETIMEDOUT at once). Per declared rank: at most one
+ * PD_EV_ADMITTED, then exactly one PD_EV_PUT_DONE or PD_EV_PUT_FAILED.
+ * @param ev  written on success (all of it).
+ * @return 0; -ETIMEDOUT; -ENOTCONN; -EINVAL.
  */
 int pd_next_event(struct pd_agent *a, struct pd_event *ev, uint32_t timeout_ms);
 
@@ -220,11 +288,17 @@ int pd_next_event(struct pd_agent *a, struct pd_event *ev, uint32_t timeout_ms);
 struct pd_recv_info {
 	uint32_t chunks;            /* chunks of the request (all sender ranks) */
 	int32_t status;             /* 0 READY, or why it failed */
+	uint8_t reserved[24];       /* written 0 (see "ABI growth" above) */
 };
 
 /**
  * Wait until every chunk of req_id (all sender ranks) is in place, or the
- * request failed. @return 0 (see info->status); -ETIMEDOUT; -ENOTCONN.
+ * request failed, at most timeout_ms. 0: do not wait for the request:
+ * ask the broker once whether it is complete or failed now (0) or not
+ * (-ETIMEDOUT); its answer takes a round trip, or up to its tick (100
+ * ms) when the request is not complete.
+ * @param info  written when 0 is returned (all of it).
+ * @return 0 (see info->status); -ETIMEDOUT; -ENOTCONN; -EINVAL.
  */
 int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 		 struct pd_recv_info *info);
@@ -260,9 +334,19 @@ int pd_recv_release(struct pd_agent *a, const char *req_id);
  */
 int pd_agent_fd(const struct pd_agent *a);
 
-typedef void pd_agent_log_fn(void *ctx, int level, const char *msg);
-
-/** Route the library's log lines (off by default) to fn; NULL turns them off. */
+/**
+ * Route a's log lines to fn: a's own and those the core logs on a thread
+ * while it runs a call on a. Every level is passed (filter in fn); the
+ * lines no longer go to PD_LOG_FILE or stderr. Lines logged outside any
+ * agent's calls stay with PD_LOG_LEVEL / PD_LOG_FILE.
+ * @param a    NULL: nothing.
+ * @param fn   NULL: back to the default (PD_LOG_LEVEL / PD_LOG_FILE, else
+ *             silent).
+ * @param ctx  passed to fn; borrowed until fn is replaced or a detached.
+ * Thread-safety: any thread, but not from within a log function. When it
+ * returns, the function it replaces is not running and will not be
+ * called again.
+ */
 void pd_agent_set_log_fn(struct pd_agent *a, pd_agent_log_fn *fn, void *ctx);
 
 #ifdef __cplusplus
