@@ -33,6 +33,7 @@ struct shared {                 /* between the broker child and the test */
 	_Atomic uint32_t ready, stop, attached, detached, puts, cancels, bad;
 	_Atomic uint32_t declares;
 	_Atomic uint32_t admit;     /* the test says: admit the held declaration */
+	_Atomic uint32_t wait_arg;  /* the last PD_SQ_RECV_WAIT's broker-side timeout */
 };
 
 struct fx {
@@ -92,11 +93,28 @@ static int on_declare(struct harness *h, uint32_t id, const struct pd_sqe *e)
 	return pd_agents_complete(h->ag, id, &c) < 0 ? -EPROTO : 0;
 }
 
+/* Receive waits: "ready-*" is complete (3 chunks), anything else expires
+ * at once (-ETIME), as the broker answers an ask whose deadline passed. */
+static int on_recv_wait(struct harness *h, uint32_t id, const struct pd_sqe *e)
+{
+	const struct pd_sqe_req *q = &e->u.req;
+	struct pd_cqe c = { .type = PD_CQ_RECV, .user = e->user, .req_id_len = q->req_id_len };
+	int ready = q->req_id_len > 6 && !memcmp(q->req_id, "ready-", 6);
+
+	h->x->wait_arg = e->arg;
+	memcpy(c.req_id, q->req_id, c.req_id_len);
+	c.status = ready ? 0 : -ETIME;
+	c.chunks = ready ? 3 : 0;
+	return pd_agents_complete(h->ag, id, &c) < 0 ? -EPROTO : 0;
+}
+
 static int on_sqes(void *ctx, uint32_t id, const struct pd_sqe *e, uint32_t n)
 {
 	struct harness *h = ctx;
 	struct pd_cqe c = { .type = PD_CQ_PUT_DONE, .user = e->user, .chunks = n - 1 };
 
+	if (e->op == PD_SQ_RECV_WAIT)
+		return on_recv_wait(h, id, e);
 	if (e->op == PD_SQ_CANCEL) {
 		h->x->cancels++;
 		return 0;
@@ -328,6 +346,11 @@ static void test_put_validation(void **state)
 	assert_int_equal(pd_put(a, &bad), -EINVAL);
 	bad = b, bad.rank = 1;
 	assert_int_equal(pd_put(a, &bad), -EINVAL);
+	bad = b, bad.reserved[sizeof(bad.reserved) - 1] = 1; /* a field this version lacks */
+	assert_int_equal(pd_put(a, &bad), -EINVAL);
+	c.reserved[0] = 1;
+	assert_int_equal(pd_put(a, &b), -EINVAL);
+	c.reserved[0] = 0;
 	c.klen = 0;
 	assert_int_equal(pd_put(a, &b), -EINVAL);
 	c.klen = 1, c.len = SLOT + 1;
@@ -357,9 +380,11 @@ static void test_put_reaches_the_broker_and_completes(void **state)
 		fill(a, r[i], i + 1, c[i].len);
 	}
 	assert_int_equal(pd_put(a, &b), 0);
+	memset(&ev, 0xa5, sizeof(ev));
 	assert_int_equal(pd_next_event(a, &ev, 5000), 0);
 	assert_int_equal(ev.type, PD_EV_ADMITTED);
 	assert_int_equal(ev.chunks, 2);
+	assert_true(ag_zeroed(ev.reserved, sizeof(ev.reserved))); /* written, as 0 */
 	assert_int_equal(pd_next_event(a, &ev, 5000), 0);
 	assert_int_equal(ev.type, PD_EV_PUT_DONE);
 	assert_int_equal(ev.chunks, 2);
@@ -423,6 +448,8 @@ static void test_declare_validation(void **state)
 	bad = d, bad.world_size = PD_WORLD_MAX + 1;
 	assert_int_equal(pd_declare(a, &bad), -EINVAL);
 	bad = d, bad.flags = 1;
+	assert_int_equal(pd_declare(a, &bad), -EINVAL);
+	bad = d, bad.reserved[0] = 1; /* a field this version lacks */
 	assert_int_equal(pd_declare(a, &bad), -EINVAL);
 	assert_int_equal(f->x->declares, 0);
 	assert_int_equal(pd_req_state(a, "v", NULL), -ENOENT);
@@ -633,6 +660,143 @@ static void test_broker_death_wakes_a_blocked_alloc(void **state)
 	pd_agent_detach(a);
 }
 
+/* ---- ABI and logging ------------------------------------------------------------- */
+
+/* A caller built before log_fn existed: its opts_size stops before it.
+ * What lies past its struct (garbage here) is never read: a log_fn read
+ * from it would be called at the attach's first line, and crash. */
+static void test_attach_takes_an_older_smaller_opts_size(void **state)
+{
+	const size_t old = offsetof(struct pd_agent_opts, log_fn);
+	struct fx *f = *state;
+	union {
+		struct pd_agent_opts o;
+		uint8_t raw[sizeof(struct pd_agent_opts) + 16];
+	} u;
+	struct pd_agent *a = NULL;
+
+	memset(&u, 0xa5, sizeof(u));
+	pd_agent_opts_init(&u.o, old);
+	assert_int_equal(u.o.opts_size, old);
+	u.o.broker = f->name;
+	u.o.rundir = f->dir;
+	assert_int_equal(pd_agent_attach(&u.o, &a), 0);
+	assert_true(wait_count(&f->x->attached, 1, 2000));
+	pd_agent_detach(a);
+	a = NULL;
+	u.o.opts_size = offsetof(struct pd_agent_opts, flags); /* flags is mandatory */
+	assert_int_equal(pd_agent_attach(&u.o, &a), -EINVAL);
+	/* A newer caller's larger struct: what this library lacks must be 0. */
+	pd_agent_opts_init(&u.o, sizeof(u));
+	u.o.broker = f->name;
+	u.o.rundir = f->dir;
+	u.raw[sizeof(u) - 1] = 1;
+	assert_int_equal(pd_agent_attach(&u.o, &a), -EINVAL);
+	u.raw[sizeof(u) - 1] = 0;
+	assert_int_equal(pd_agent_attach(&u.o, &a), 0);
+	pd_agent_detach(a);
+}
+
+#define MAX_LINES 32
+
+struct lines {
+	int n;
+	int level[MAX_LINES];
+	char msg[MAX_LINES][160];
+};
+
+static void keep_line(void *ctx, int level, const char *msg)
+{
+	struct lines *l = ctx;
+
+	if (l->n == MAX_LINES)
+		return;
+	l->level[l->n] = level;
+	(void)snprintf(l->msg[l->n], sizeof(l->msg[0]), "%s", msg);
+	l->n++;
+}
+
+/* The level of the first line that starts with prefix; 0: none. */
+static int line_level(const struct lines *l, const char *prefix)
+{
+	for (int i = 0; i < l->n; i++)
+		if (!strncmp(l->msg[i], prefix, strlen(prefix)))
+			return l->level[i];
+	return 0;
+}
+
+/* A process that dies holding the agent's send pool (its mutex in shm). */
+static int die_holding_the_pool(void *arg)
+{
+	struct pd_agent *a = arg;
+
+	return pd_pool_lock(&a->shm.send, 99, pd_deadline_ms(1000)) < 0 ? 1 : 0;
+}
+
+/* What the core logs while it serves an agent's call (here: the slot pool
+ * repaired after a process died holding it, inside pd_alloc) reaches that
+ * agent's log function, with public levels; so do the agent's own lines,
+ * from the attach on (opts.log_fn). A line logged outside the agent's
+ * calls is not the agent's; NULL turns the function off. */
+static void test_log_fn_gets_the_cores_lines(void **state)
+{
+	struct fx *f = *state;
+	struct lines l = { 0 };
+	struct pd_agent_opts o;
+	struct pd_agent *a = NULL;
+	pd_slot_ref r[1];
+	int n;
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = f->name;
+	o.rundir = f->dir;
+	o.log_fn = keep_line;
+	o.log_ctx = &l;
+	assert_int_equal(pd_agent_attach(&o, &a), 0);
+	assert_int_equal(line_level(&l, "agent: attaching to "), PD_LOG_DEBUG);
+	assert_int_equal(line_level(&l, "agent: attached as agent "), PD_LOG_DEBUG);
+	admitted(a, "c", 1);
+	assert_int_equal(pd_test_wait(pd_test_fork(die_holding_the_pool, a), 2000), 0);
+	assert_int_equal(pd_alloc(a, "c", 1, r, 1000), 0);
+	assert_int_equal(line_level(&l, "slot: pool repaired after holder pid "), PD_LOG_WARN);
+	assert_int_equal(line_level(&l, "shm: mutex holder died; state repaired"), PD_LOG_WARN);
+	for (int i = 0; i < l.n; i++)
+		assert_in_range(l.level[i], PD_LOG_ERR, PD_LOG_DEBUG);
+	n = l.n;
+	PD_LOG(WARN, shm, "not the agent's"); /* no agent call on this thread */
+	assert_int_equal(l.n, n);
+	pd_agent_set_log_fn(a, NULL, NULL);
+	assert_int_equal(pd_slot_release(a, r, 1), 0);
+	assert_int_equal(pd_test_wait(pd_test_fork(die_holding_the_pool, a), 2000), 0);
+	assert_int_equal(pd_alloc(a, "c", 1, r, 1000), 0); /* repaired again, unheard */
+	assert_int_equal(l.n, n);
+	pd_agent_set_log_fn(a, keep_line, &l);
+	pd_agent_detach(a);
+	assert_int_equal(line_level(&l, "agent: detaching agent "), PD_LOG_DEBUG);
+}
+
+/* timeout_ms 0 does not wait for the request, but the broker's answer
+ * comes: a complete request reads 0, one that is not -ETIMEDOUT; the ask
+ * the broker keeps has a deadline (its 0 would mean none). */
+static void test_recv_wait_with_timeout_zero_asks_once(void **state)
+{
+	struct fx *f = *state;
+	struct pd_agent *a = attach(f);
+	struct pd_recv_info info;
+
+	memset(&info, 0xa5, sizeof(info));
+	assert_int_equal(pd_recv_wait(a, "ready-1", 0, &info), 0);
+	assert_int_equal(info.status, 0);
+	assert_int_equal(info.chunks, 3);
+	assert_true(ag_zeroed(info.reserved, sizeof(info.reserved)));
+	assert_int_not_equal(f->x->wait_arg, 0);
+	assert_int_equal(pd_recv_wait(a, "later", 0, &info), -ETIMEDOUT);
+	assert_int_equal(pd_recv_wait(a, "ready-2", 2000, &info), 0);
+	assert_int_equal(f->x->wait_arg, 2000);
+	assert_int_equal(f->x->bad, 0);
+	pd_agent_detach(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -649,6 +813,9 @@ int main(void)
 		T(test_dead_agent_slots_come_back),
 		T(test_garbage_submission_detaches_the_agent),
 		T(test_broker_death_wakes_a_blocked_alloc),
+		T(test_attach_takes_an_older_smaller_opts_size),
+		T(test_log_fn_gets_the_cores_lines),
+		T(test_recv_wait_with_timeout_zero_asks_once),
 #undef T
 	};
 
