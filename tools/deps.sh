@@ -4,7 +4,7 @@
 #   tools/deps.sh check     exit 0 when everything is installed, 1 otherwise
 set -euo pipefail
 
-PKGS=(build-essential pkg-config clang libclang-rt-14-dev libcmocka-dev libxxhash-dev libzmq3-dev libbsd-dev
+PKGS=(build-essential pkg-config clang libclang-rt-14-dev clang-tidy cppcheck libcmocka-dev libxxhash-dev libzmq3-dev libbsd-dev
       libmsgpack-dev libjansson-dev libibverbs-dev librdmacm-dev)
 
 missing=()
