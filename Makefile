@@ -59,8 +59,10 @@ INC_CORE   := -Iinclude -Ishm
 INC_XPORT  := $(INC_CORE) -Ibroker/xport
 BROKER_DIRS := broker broker/config broker/ctrl broker/engine broker/local broker/xport \
 	       broker/xport/tcp broker/xport/shm broker/xport/rdma
-INC_BROKER := $(INC_CORE) $(addprefix -I,$(BROKER_DIRS))
-INC_ALL    := $(INC_BROKER) -Iagent -Itests/support -Itools/pdctl -Itools/pdbench
+# broker/ itself reaches the transports through xport/'s interface only.
+INC_BROKER := $(INC_CORE) $(addprefix -I,$(filter-out broker/xport/%,$(BROKER_DIRS)))
+INC_ALL    := $(INC_CORE) $(addprefix -I,$(BROKER_DIRS)) -Iagent -Itests/support \
+	      -Itools/pdctl -Itools/pdbench
 INC = $(INC_ALL)
 $(B)/shm/%.o:              INC = $(INC_CORE)
 $(B)/agent/%.o:            INC = $(INC_CORE) -Iagent
@@ -217,11 +219,15 @@ $(B)/headers/%.ok: % | $(DEPS_STAMP)
 
 check-headers: $(HEADERS:%=$(B)/headers/%.ok)
 
-# libpdagent.so exports pd_* symbols only.
-check-symbols: $(LIBAGENT)
+# libpdagent.so exports pd_* symbols only, and no library defines another
+# global (STYLE: every external name carries the prefix).
+check-symbols: $(LIBAGENT) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE)
 	@bad=$$(nm -D --defined-only $(LIBAGENT) | awk '$$2 ~ /[TDBRVW]/ {print $$3}' | grep -v '^pd_' || true); \
 	if [ -n "$$bad" ]; then echo "non-pd_ symbols exported: $$bad"; exit 1; fi; \
-	echo "check-symbols: libpdagent.so exports only pd_* symbols"
+	bad=$$(nm --defined-only $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) 2>/dev/null | \
+		awk '$$2 ~ /[TDBRVW]/ {print $$3}' | grep -v '^pd_' | sort -u || true); \
+	if [ -n "$$bad" ]; then echo "non-pd_ globals in the libraries: $$bad"; exit 1; fi; \
+	echo "check-symbols: libpdagent.so exports, and the libraries define, only pd_* symbols"
 
 test: check-headers check-symbols $(UNIT_BIN) $(IT_BIN)
 	@PD_TEST_LOOPS=$(LOOPS) tests/run.sh $(UNIT_BIN) $(IT_BIN)

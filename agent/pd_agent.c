@@ -12,7 +12,7 @@
 #include "pd_err.h"
 #include "pd_time.h"
 
-uint64_t ag_tag(const void *req_id, uint32_t len)
+uint64_t pd_ag_tag(const void *req_id, uint32_t len)
 {
 	return pd_req_tag(req_id, len);
 }
@@ -24,7 +24,7 @@ void pd_agent_set_log_fn(struct pd_agent *a, pd_agent_log_fn *fn, void *ctx)
 }
 
 /* 0 while the broker lives; -ENOTCONN (latched) once it is gone. */
-int ag_check_broker(void *ctx)
+int pd_ag_check_broker(void *ctx)
 {
 	struct pd_agent *a = ctx;
 	struct pollfd p = { .fd = a->sock, .events = POLLIN | POLLRDHUP };
@@ -151,7 +151,7 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 /* What an attached agent holds, but its memory; its pointers are left NULL. */
 static void release(struct pd_agent *a)
 {
-	ag_unpin_all(a);
+	pd_ag_unpin_all(a);
 	if (a->shm.has_send)
 		(void)pd_pool_reclaim(&a->shm.send, a->id);
 	(void)close(a->sock);
@@ -182,7 +182,7 @@ static int attach_scoped(struct pd_agent *a, const struct pd_agent_opts *o)
 	if (rc == 0)
 		rc = connect_broker(a, o);
 	if (rc == 0) {
-		rc = ag_journal_init(a);
+		rc = pd_ag_journal_init(a);
 		if (rc < 0)
 			release(a);
 	}
@@ -205,7 +205,7 @@ int pd_agent_attach(const struct pd_agent_opts *uo, struct pd_agent **out)
 	pd_log_init_env(); /* PD_LOG_LEVEL, PD_LOG_FILE: once per process */
 	if (!out)
 		return -EINVAL;
-	rc = ag_opts_read(uo, &o);
+	rc = pd_ag_opts_read(uo, &o);
 	if (rc < 0)
 		return rc;
 	if (o.flags || !o.roles || (o.roles & ~(PD_AGENT_SEND | PD_AGENT_RECV)))

@@ -48,7 +48,7 @@ void pd_agent_opts_init(struct pd_agent_opts *o, size_t opts_size)
 		o->attach_timeout_ms = AG_ATTACH_MS;
 }
 
-int ag_zeroed(const void *p, size_t n)
+int pd_ag_zeroed(const void *p, size_t n)
 {
 	const uint8_t *b = p;
 
@@ -65,7 +65,7 @@ int ag_zeroed(const void *p, size_t n)
 			(out)->f = (in)->f;        \
 	} while (0)
 
-int ag_opts_read(const struct pd_agent_opts *in, struct pd_agent_opts *out)
+int pd_ag_opts_read(const struct pd_agent_opts *in, struct pd_agent_opts *out)
 {
 	size_t n;
 
@@ -76,7 +76,7 @@ int ag_opts_read(const struct pd_agent_opts *in, struct pd_agent_opts *out)
 	if (n < OPTS_MIN_SIZE || n > OPTS_MAX_SIZE)
 		return -EINVAL;
 	/* Fields of a newer library than this one: unset only. */
-	if (n > sizeof(*out) && !ag_zeroed((const uint8_t *)in + sizeof(*out), n - sizeof(*out)))
+	if (n > sizeof(*out) && !pd_ag_zeroed((const uint8_t *)in + sizeof(*out), n - sizeof(*out)))
 		return -EINVAL;
 	OPTS_GET(out, in, broker);
 	OPTS_GET(out, in, rundir);

@@ -8,7 +8,7 @@
 #include "pd_agent_int.h"
 #include "pd_time.h"
 
-int ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id)
+int pd_ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id)
 {
 	size_t n = req_id ? strnlen(req_id, PD_REQ_ID_MAX + 1) : 0;
 
@@ -20,7 +20,7 @@ int ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id)
 }
 
 /* Enqueue n entries at once; sq_lock held. */
-int ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n)
+int pd_ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n)
 {
 	uint64_t one = 1;
 	int rc;
@@ -35,19 +35,19 @@ int ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n)
 	return rc == 0 ? -EAGAIN : 0;
 }
 
-int ag_submit(struct pd_agent *a, const struct pd_sqe *e, uint32_t n)
+int pd_ag_submit(struct pd_agent *a, const struct pd_sqe *e, uint32_t n)
 {
 	int rc;
 
 	(void)pthread_mutex_lock(&a->sq_lock);
-	rc = ag_submit_locked(a, e, n);
+	rc = pd_ag_submit_locked(a, e, n);
 	(void)pthread_mutex_unlock(&a->sq_lock);
 	return rc;
 }
 
 /* ---- cancels ----------------------------------------------------------------- */
 
-int ag_is_cancelled(struct pd_agent *a, uint64_t tag)
+int pd_ag_is_cancelled(struct pd_agent *a, uint64_t tag)
 {
 	int hit = 0;
 
@@ -58,7 +58,7 @@ int ag_is_cancelled(struct pd_agent *a, uint64_t tag)
 	return hit;
 }
 
-void ag_mark_cancelled(struct pd_agent *a, uint64_t tag)
+void pd_ag_mark_cancelled(struct pd_agent *a, uint64_t tag)
 {
 	(void)pthread_mutex_lock(&a->lock);
 	a->cancelled[a->ncancelled++ % AG_MAX_CANCELLED] = tag;
@@ -147,7 +147,7 @@ static void doze(struct pd_agent *a, uint32_t timeout_ms)
 			       { .fd = a->sock, .events = POLLIN | POLLRDHUP } };
 
 	if (poll(p, 2, (int)timeout_ms) > 0 && p[1].revents)
-		(void)ag_check_broker(a);
+		(void)pd_ag_check_broker(a);
 }
 
 /* Become the reader for one round: drain the ring, or (may_doze) doze.
@@ -172,7 +172,7 @@ static void read_round(struct pd_agent *a, uint32_t timeout_ms, int may_doze)
 	(void)pthread_cond_broadcast(&a->cond);
 }
 
-void ag_poll(struct pd_agent *a)
+void pd_ag_poll(struct pd_agent *a)
 {
 	(void)pthread_mutex_lock(&a->lock);
 	if (!a->reader)
@@ -246,14 +246,14 @@ static int pick_mail(struct pd_agent *a, const void *key, void *out)
 	return 0;
 }
 
-int ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms)
+int pd_ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms)
 {
 	if (timeout_ms == 0)
-		ag_poll(a); /* "do not wait" still reads what has arrived */
+		pd_ag_poll(a); /* "do not wait" still reads what has arrived */
 	return wait_for(a, pick_event, NULL, out, pd_deadline_ms(timeout_ms));
 }
 
-int ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms)
+int pd_ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms)
 {
 	int rc = wait_for(a, pick_mail, &user, out, pd_deadline_ms(timeout_ms));
 
@@ -283,12 +283,12 @@ static int pick_gate(struct pd_agent *a, const void *key, void *out)
 	return rc != -EAGAIN;
 }
 
-int ag_wait_admitted(struct pd_agent *a, const uint8_t *id, uint32_t len, uint64_t deadline_ns)
+int pd_ag_wait_admitted(struct pd_agent *a, const uint8_t *id, uint32_t len, uint64_t deadline_ns)
 {
 	struct gate_key k = { id, len };
 	int gate = -EAGAIN, rc;
 
-	ag_poll(a); /* a timeout of 0 still sees an admission that has arrived */
+	pd_ag_poll(a); /* a timeout of 0 still sees an admission that has arrived */
 	rc = wait_for(a, pick_gate, &k, &gate, deadline_ns);
 	if (rc == -ENOTCONN)
 		return rc;

@@ -68,16 +68,16 @@ struct pd_agent {
 };
 
 /* pd_agent.c */
-int ag_check_broker(void *ctx);
-uint64_t ag_tag(const void *req_id, uint32_t len);
+int pd_ag_check_broker(void *ctx);
+uint64_t pd_ag_tag(const void *req_id, uint32_t len);
 
 /* pd_agent_abi.c */
 /* The caller's options (NULL: the defaults) as this library's struct: the
  * fields its opts_size holds, defaults for the rest. 0; -EINVAL opts_size
  * too small or too large, or bytes past this library's fields not zero. */
-int ag_opts_read(const struct pd_agent_opts *in, struct pd_agent_opts *out);
+int pd_ag_opts_read(const struct pd_agent_opts *in, struct pd_agent_opts *out);
 /* 1 when the n bytes at p are all zero (reserved bytes unused). */
-int ag_zeroed(const void *p, size_t n);
+int pd_ag_zeroed(const void *p, size_t n);
 
 /* A line of this agent (component "agent"), to its sink; the level check
  * comes before the arguments are evaluated. */
@@ -103,22 +103,22 @@ static inline void ag_scope_end(const struct pd_log_sink *const *prev)
 			pd_log_scope_enter((a) ? &(a)->sink : NULL)
 
 /* pd_agent_recv.c */
-int ag_journal_init(struct pd_agent *a);
-void ag_unpin_all(struct pd_agent *a);
+int pd_ag_journal_init(struct pd_agent *a);
+void pd_ag_unpin_all(struct pd_agent *a);
 
 /* pd_agent_cq.c */
-int ag_submit(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
-int ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
-int ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms);
-int ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms);
+int pd_ag_submit(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
+int pd_ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
+int pd_ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms);
+int pd_ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms);
 /* File what the broker has sent so far, without waiting (unless another
  * thread is reading: then nothing). */
-void ag_poll(struct pd_agent *a);
+void pd_ag_poll(struct pd_agent *a);
 /* Until req_id may take staging or deadline_ns: pd_reqtab_gate()'s answer
  * (-EAGAIN at the deadline); -ENOTCONN. */
-int ag_wait_admitted(struct pd_agent *a, const uint8_t *id, uint32_t len, uint64_t deadline_ns);
-int ag_is_cancelled(struct pd_agent *a, uint64_t tag);
-void ag_mark_cancelled(struct pd_agent *a, uint64_t tag);
-int ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id);
+int pd_ag_wait_admitted(struct pd_agent *a, const uint8_t *id, uint32_t len, uint64_t deadline_ns);
+int pd_ag_is_cancelled(struct pd_agent *a, uint64_t tag);
+void pd_ag_mark_cancelled(struct pd_agent *a, uint64_t tag);
+int pd_ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id);
 
 #endif

@@ -29,11 +29,11 @@ static int ask(struct pd_agent *a, uint32_t op, const char *req_id, uint32_t arg
 	struct pd_sqe e = { .op = op, .arg = arg };
 	int rc;
 
-	if (ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
+	if (pd_ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
 		return -EINVAL;
 	e.user = next_user(a);
-	rc = ag_submit(a, &e, 1);
-	return rc < 0 ? rc : ag_wait_mail(a, e.user, answer, timeout_ms);
+	rc = pd_ag_submit(a, &e, 1);
+	return rc < 0 ? rc : pd_ag_wait_mail(a, e.user, answer, timeout_ms);
 }
 
 int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
@@ -62,7 +62,7 @@ int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 
 /* ---- pins and their journal ------------------------------------------------------- */
 
-int ag_journal_init(struct pd_agent *a)
+int pd_ag_journal_init(struct pd_agent *a)
 {
 	uint32_t n = pd_layout_pins_count(&a->shm);
 
@@ -197,9 +197,9 @@ static uint32_t unpin_request(struct pd_agent *a, uint64_t tag)
 /* Detach: drop every pin while the broker lives. Once it is gone (dead,
  * stopping, or it dropped us) our journal is its to empty: touching the
  * cells then could meet a new agent's records in the same slot. */
-void ag_unpin_all(struct pd_agent *a)
+void pd_ag_unpin_all(struct pd_agent *a)
 {
-	int live = ag_check_broker(a) == 0;
+	int live = pd_ag_check_broker(a) == 0;
 
 	(void)pthread_mutex_lock(&a->lock);
 	for (uint32_t i = 0; live && i < a->npins; i++)
@@ -224,7 +224,7 @@ int pd_recv_release(struct pd_agent *a, const char *req_id)
 	if (unpin_request(a, c.req_tag)) {
 		struct pd_sqe d = { .op = PD_SQ_PINS_DROPPED };
 
-		(void)ag_submit(a, &d, 1);
+		(void)pd_ag_submit(a, &d, 1);
 	}
 	return c.status;
 }

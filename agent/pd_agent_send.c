@@ -24,19 +24,19 @@ int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *sl
 
 	if (!send_side(a) || !slots || n == 0 || len == 0 || len > PD_REQ_ID_MAX)
 		return -EINVAL;
-	if (ag_check_broker(a) < 0)
+	if (pd_ag_check_broker(a) < 0)
 		return -ENOTCONN;
 	who = (struct pd_pool_who){ .owner = a->id, .pid = (int32_t)getpid(),
-				    .tag = ag_tag(req_id, (uint32_t)len), .state = PD_SLOT_LOANED,
-				    .check = ag_check_broker, .check_ctx = a };
-	if (ag_is_cancelled(a, who.tag))
+				    .tag = pd_ag_tag(req_id, (uint32_t)len), .state = PD_SLOT_LOANED,
+				    .check = pd_ag_check_broker, .check_ctx = a };
+	if (pd_ag_is_cancelled(a, who.tag))
 		return -ECANCELED;
 	/* Admission first, holding nothing; then the staging, FIFO. */
-	rc = ag_wait_admitted(a, (const uint8_t *)req_id, (uint32_t)len, deadline);
+	rc = pd_ag_wait_admitted(a, (const uint8_t *)req_id, (uint32_t)len, deadline);
 	if (rc < 0)
 		return rc;
 	rc = pd_pool_alloc(&a->shm.send, &who, n, deadline, slots);
-	if (rc == 0 && ag_is_cancelled(a, who.tag)) {
+	if (rc == 0 && pd_ag_is_cancelled(a, who.tag)) {
 		(void)pd_pool_free(&a->shm.send, slots, n); /* cancelled meanwhile */
 		rc = -ECANCELED;
 	}
@@ -49,7 +49,7 @@ static int decl_ok(const struct pd_agent *a, const struct pd_decl *d)
 
 	return send_side(a) && d && ep && ep <= PD_ENDPOINT_MAX && !d->flags &&
 	       d->world_size >= 1 && d->world_size <= PD_WORLD_MAX && d->rank < d->world_size &&
-	       ag_zeroed(d->reserved, sizeof(d->reserved));
+	       pd_ag_zeroed(d->reserved, sizeof(d->reserved));
 }
 
 int pd_declare(struct pd_agent *a, const struct pd_decl *d)
@@ -59,9 +59,9 @@ int pd_declare(struct pd_agent *a, const struct pd_decl *d)
 	int rc;
 	AG_LOG_SCOPE(a);
 
-	if (!decl_ok(a, d) || ag_req_copy(p->req_id, &p->req_id_len, d->req_id) < 0)
+	if (!decl_ok(a, d) || pd_ag_req_copy(p->req_id, &p->req_id_len, d->req_id) < 0)
 		return -EINVAL;
-	if (ag_check_broker(a) < 0)
+	if (pd_ag_check_broker(a) < 0)
 		return -ENOTCONN;
 	e.arg = d->timeout_ms;
 	p->total_chunks = d->total_chunks;
@@ -74,7 +74,7 @@ int pd_declare(struct pd_agent *a, const struct pd_decl *d)
 	(void)pthread_mutex_unlock(&a->lock);
 	if (rc < 0)
 		return rc;
-	rc = ag_submit(a, &e, 1);
+	rc = pd_ag_submit(a, &e, 1);
 	if (rc < 0) { /* never reached the broker */
 		(void)pthread_mutex_lock(&a->lock);
 		pd_reqtab_undeclare(&a->reqs, p->req_id, p->req_id_len, d->rank);
@@ -89,11 +89,11 @@ int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status)
 	int rc;
 	AG_LOG_SCOPE(a);
 
-	if (!send_side(a) || ag_req_copy(id, &len, req_id) < 0)
+	if (!send_side(a) || pd_ag_req_copy(id, &len, req_id) < 0)
 		return -EINVAL;
-	if (ag_check_broker(a) < 0)
+	if (pd_ag_check_broker(a) < 0)
 		return -ENOTCONN;
-	ag_poll(a);
+	pd_ag_poll(a);
 	(void)pthread_mutex_lock(&a->lock);
 	rc = pd_reqtab_state(&a->reqs, id, len, status);
 	(void)pthread_mutex_unlock(&a->lock);
@@ -134,7 +134,7 @@ static int batch_ok(struct pd_agent *a, const struct pd_batch *b)
 	size_t ep = b->endpoint ? strnlen(b->endpoint, PD_ENDPOINT_MAX + 1) : 0;
 
 	if (ep == 0 || ep > PD_ENDPOINT_MAX || (b->n && !b->chunks) || b->world_size == 0 ||
-	    !ag_zeroed(b->reserved, sizeof(b->reserved)) ||
+	    !pd_ag_zeroed(b->reserved, sizeof(b->reserved)) ||
 	    b->rank >= b->world_size || b->n > b->total_chunks || (b->n == 0 && !b->last) ||
 	    b->n > PD_PUT_MAX_CHUNKS || b->n + 1 > a->shm.sq_entries)
 		return -EINVAL;
@@ -142,7 +142,7 @@ static int batch_ok(struct pd_agent *a, const struct pd_batch *b)
 		const struct pd_chunk *c = &b->chunks[i];
 
 		if (!c->key || c->klen == 0 || c->klen > PD_KEY_MAX ||
-		    c->len > a->shm.send.slot_size || !ag_zeroed(c->reserved, sizeof(c->reserved)))
+		    c->len > a->shm.send.slot_size || !pd_ag_zeroed(c->reserved, sizeof(c->reserved)))
 			return -EINVAL;
 		if (!loaned(a, c->slot))
 			return -ESTALE;
@@ -173,7 +173,7 @@ static void fill_put(struct pd_sqe *e, const struct pd_batch *b)
 	*p = (struct pd_sqe_put){ .n = b->n, .total_chunks = b->total_chunks,
 				  .world_size = b->world_size, .rank = b->rank,
 				  .last = b->last ? 1 : 0 };
-	(void)ag_req_copy(p->req_id, &p->req_id_len, b->req_id);
+	(void)pd_ag_req_copy(p->req_id, &p->req_id_len, b->req_id);
 	p->endpoint_len = (uint8_t)strlen(b->endpoint);
 	memcpy(p->endpoint, b->endpoint, p->endpoint_len);
 	for (uint32_t i = 0; i < b->n; i++) {
@@ -193,19 +193,19 @@ int pd_put(struct pd_agent *a, const struct pd_batch *b)
 	int rc;
 	AG_LOG_SCOPE(a);
 
-	if (!send_side(a) || !b || ag_req_copy(tmp, &tlen, b->req_id) < 0)
+	if (!send_side(a) || !b || pd_ag_req_copy(tmp, &tlen, b->req_id) < 0)
 		return -EINVAL;
 	rc = batch_ok(a, b);
 	if (rc < 0)
 		return rc;
-	if (ag_check_broker(a) < 0)
+	if (pd_ag_check_broker(a) < 0)
 		return -ENOTCONN;
 	/* Built and submitted under sq_lock: one producer at a time. */
 	(void)pthread_mutex_lock(&a->sq_lock);
 	rc = grow_buf(a, b->n + 1);
 	if (rc == 0) {
 		fill_put(a->sqbuf, b);
-		rc = ag_submit_locked(a, a->sqbuf, b->n + 1);
+		rc = pd_ag_submit_locked(a, a->sqbuf, b->n + 1);
 	}
 	(void)pthread_mutex_unlock(&a->sq_lock);
 	return rc;
@@ -218,13 +218,13 @@ int pd_cancel(struct pd_agent *a, const char *req_id)
 	int rc;
 	AG_LOG_SCOPE(a);
 
-	if (!a || ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
+	if (!a || pd_ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
 		return -EINVAL;
-	ag_mark_cancelled(a, ag_tag(e.u.req.req_id, e.u.req.req_id_len));
+	pd_ag_mark_cancelled(a, pd_ag_tag(e.u.req.req_id, e.u.req.req_id_len));
 	if (a->shm.has_send)
-		(void)pd_pool_cancel(&a->shm.send, ag_tag(e.u.req.req_id, e.u.req.req_id_len));
+		(void)pd_pool_cancel(&a->shm.send, pd_ag_tag(e.u.req.req_id, e.u.req.req_id_len));
 	/* A cancel must reach the broker: wait (bounded) for ring room. */
-	while ((rc = ag_submit(a, &e, 1)) == -EAGAIN && pd_now_ns() < deadline)
+	while ((rc = pd_ag_submit(a, &e, 1)) == -EAGAIN && pd_now_ns() < deadline)
 		(void)usleep(1000);
 	return rc;
 }
@@ -237,7 +237,7 @@ int pd_next_event(struct pd_agent *a, struct pd_event *ev, uint32_t timeout_ms)
 
 	if (!a || !ev)
 		return -EINVAL;
-	rc = ag_wait_event(a, &c, timeout_ms);
+	rc = pd_ag_wait_event(a, &c, timeout_ms);
 	if (rc < 0)
 		return rc;
 	memset(ev, 0, sizeof(*ev));

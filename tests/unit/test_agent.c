@@ -384,7 +384,7 @@ static void test_put_reaches_the_broker_and_completes(void **state)
 	assert_int_equal(pd_next_event(a, &ev, 5000), 0);
 	assert_int_equal(ev.type, PD_EV_ADMITTED);
 	assert_int_equal(ev.chunks, 2);
-	assert_true(ag_zeroed(ev.reserved, sizeof(ev.reserved))); /* written, as 0 */
+	assert_true(pd_ag_zeroed(ev.reserved, sizeof(ev.reserved))); /* written, as 0 */
 	assert_int_equal(pd_next_event(a, &ev, 5000), 0);
 	assert_int_equal(ev.type, PD_EV_PUT_DONE);
 	assert_int_equal(ev.chunks, 2);
@@ -625,7 +625,7 @@ static void test_garbage_submission_detaches_the_agent(void **state)
 
 	admitted(a, "g", 2);
 	assert_int_equal(pd_alloc(a, "g", 2, r, 1000), 0);
-	assert_int_equal(ag_submit(a, &e, 1), 0);
+	assert_int_equal(pd_ag_submit(a, &e, 1), 0);
 	assert_true(wait_count(&f->x->detached, 1, 2000));
 	assert_int_equal(f->x->bad, 1);
 	assert_int_equal(next_end(a, &ev, 2000), -ENOTCONN);
@@ -788,7 +788,7 @@ static void test_recv_wait_with_timeout_zero_asks_once(void **state)
 	assert_int_equal(pd_recv_wait(a, "ready-1", 0, &info), 0);
 	assert_int_equal(info.status, 0);
 	assert_int_equal(info.chunks, 3);
-	assert_true(ag_zeroed(info.reserved, sizeof(info.reserved)));
+	assert_true(pd_ag_zeroed(info.reserved, sizeof(info.reserved)));
 	assert_int_not_equal(f->x->wait_arg, 0);
 	assert_int_equal(pd_recv_wait(a, "later", 0, &info), -ETIMEDOUT);
 	assert_int_equal(pd_recv_wait(a, "ready-2", 2000, &info), 0);
