@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* pdbroker: the per-node broker daemon. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <pdkv/version.h>
 
@@ -17,7 +19,7 @@ static int configure(struct pd_config *cfg, int argc, char **argv)
 
 	pd_config_defaults(cfg);
 	if (pd_config_parse_args(cfg, argc, argv, err, sizeof(err)) < 0) {
-		fprintf(stderr, "pdbroker: %s\n", err);
+		(void)fprintf(stderr, "pdbroker: %s\n", err);
 		return 2;
 	}
 	if (cfg->show_help) {
@@ -25,25 +27,36 @@ static int configure(struct pd_config *cfg, int argc, char **argv)
 		return 0;
 	}
 	if (cfg->show_version) {
-		printf("pdbroker %s (shm ABI %u.%u)\n", pd_version(), PD_SHM_ABI_MAJOR,
-		       PD_SHM_ABI_MINOR);
+		(void)printf("pdbroker %s (shm ABI %d.%d)\n", pd_version(), PD_SHM_ABI_MAJOR,
+			     PD_SHM_ABI_MINOR);
 		return 0;
 	}
 	if (pd_config_validate(cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "pdbroker: %s\n", err);
+		(void)fprintf(stderr, "pdbroker: %s\n", err);
 		return 2;
 	}
 	return -1; /* carry on */
 }
 
+/* --log-file: stderr goes there (opened first, so that a failure is still
+ * said on the stderr we have). */
 static int open_log(const struct pd_config *cfg)
 {
+	int fd;
+
 	pd_log_set_level((int)cfg->log_level);
-	if (cfg->log_file[0] && !freopen(cfg->log_file, "a", stderr)) {
-		fprintf(stderr, "pdbroker: --log-file %s: cannot open\n", cfg->log_file);
-		return -1;
+	if (cfg->log_file[0]) {
+		fd = open(cfg->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) {
+			(void)fprintf(stderr, "pdbroker: --log-file %s: cannot open: %s\n",
+				      cfg->log_file, pd_strerror(-errno));
+			if (fd >= 0)
+				(void)close(fd);
+			return -1;
+		}
+		(void)close(fd);
 	}
-	setvbuf(stderr, NULL, _IOLBF, 0);
+	(void)setvbuf(stderr, NULL, _IOLBF, 0);
 	return 0;
 }
 
@@ -61,14 +74,14 @@ int main(int argc, char **argv)
 	(void)signal(SIGPIPE, SIG_IGN);
 	rc = pd_broker_create(&cfg, &b, err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "pdbroker: %s%s%s\n", err[0] ? err : "", err[0] ? ": " : "",
-			pd_strerror(rc));
+		(void)fprintf(stderr, "pdbroker: %s%s%s\n", err[0] ? err : "", err[0] ? ": " : "",
+			      pd_strerror(rc));
 		return 1;
 	}
 	rc = pd_broker_run(b);
 	pd_broker_destroy(b);
 	if (rc < 0) {
-		fprintf(stderr, "pdbroker: event loop failed: %s\n", pd_strerror(rc));
+		(void)fprintf(stderr, "pdbroker: event loop failed: %s\n", pd_strerror(rc));
 		return 1;
 	}
 	return 0;
