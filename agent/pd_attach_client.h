@@ -3,7 +3,7 @@
 #define PD_AGENT_PD_ATTACH_CLIENT_H
 
 /*
- * Agent side of the attach channel (DESIGN.md section 5; wire structs in
+ * Agent side of the attach channel (wire structs in
  * shm/pd_attach_proto.h). Internal to libpdagent.so: never installed,
  * never exported. Silent: messages go only to the optional caller buffer.
  */

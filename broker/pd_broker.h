@@ -4,7 +4,7 @@
 
 /*
  * pdbroker: wires the segment, the agents, the request engines, the
- * control plane and the TCP data plane to one event loop (DESIGN.md 2).
+ * control plane and the TCP data plane to one event loop.
  */
 #include <stddef.h>
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The broker's configuration table and what it drives: defaults, long
- * flags, config files, validation, --help and dump (STYLE.md pattern 12).
+ * flags, config files, validation, --help and dump.
  * Values themselves are parsed and checked in pd_config_val.c.
  *
  * Config files are parsed here rather than with inih: the format is four

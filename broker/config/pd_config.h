@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_CONFIG_H
 
 /*
- * pdbroker configuration (DESIGN.md section 12, STYLE.md pattern 12).
+ * pdbroker configuration.
  *
  * One table (pd_config_defs()) drives defaults, long flags (--key value and
  * --key=value), config files (key = value, the same names), bounds checks,

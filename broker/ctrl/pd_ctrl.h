@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_CTRL_H
 
 /*
- * Broker <-> broker control plane (DESIGN.md section 6): ZeroMQ sockets
+ * Broker <-> broker control plane: ZeroMQ sockets
  * carrying pd_wire messages, plugged into the control thread's pd_loop.
  *
  *   ROUTER  bound to opts.bind: peers that dialled us (frames [rid, "", payload]).

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Control plane sockets: options, frames, sending without blocking, and the
- * edge-triggered drain of ZMQ_FD (STYLE.md pattern 11).
+ * edge-triggered drain of ZMQ_FD.
  *
  * ZMQ_FD is not a data fd: it signals that the socket's state may have
  * changed, once. On a wake, ZMQ_EVENTS is read (which also runs pending

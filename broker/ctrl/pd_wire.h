@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_WIRE_H
 
 /*
- * Broker <-> broker control messages (DESIGN.md section 6): msgpack maps
+ * Broker <-> broker control messages: msgpack maps
  * with a "type" field naming the message; fields are found by name, unknown
  * fields are ignored, a missing or mistyped required field is -EPROTO with
  * a reason. Field names of LMCache's PD backend messages are kept, and the

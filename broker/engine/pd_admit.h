@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_ADMIT_H
 
 /*
- * Admission control of the receiving broker (DESIGN.md section 8): owns the
+ * Admission control of the receiving broker: owns the
  * recv pool's capacity accounting. Pure logic; the caller passes "now".
  *
  *   free         slots not held by any chunk

@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_RX_H
 
 /*
- * Receiver request engine (DESIGN.md sections 8 and 9): pure logic driven
+ * Receiver request engine: pure logic driven
  * by events; no sockets, no threads, no clock of its own. It grants slots of
  * the recv pool (shm) and publishes chunks in the recv index (shm), so
  * decode agents find them. The broker's control thread owns it.

@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_TX_H
 
 /*
- * Sender request engine (DESIGN.md section 9): pure logic, driven by events,
+ * Sender request engine: pure logic, driven by events,
  * no sockets, no threads, no clock of its own (the caller passes "now").
  * The broker's control thread owns it.
  *

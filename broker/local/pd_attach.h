@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_ATTACH_H
 
 /*
- * Broker side of the attach channel (DESIGN.md sections 5 and 11; wire
+ * Broker side of the attach channel (wire
  * structs in shm/pd_attach_proto.h). Building blocks for the broker's
  * single control thread, which owns the listening socket and every
  * connection: no threads, no locks, nothing blocks for long. The event

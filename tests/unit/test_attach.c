@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 /* Under test. agent/ objects go only into libpdagent.so, so the client is
- * included here (STYLE.md: a unit test may include the file it tests). */
+ * included here (a unit test may include the file it tests). */
 #include "../../agent/pd_attach_client.c"
 #include "attach_fixture.h"
 

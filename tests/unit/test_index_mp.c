@@ -9,7 +9,7 @@
  * single-process semantics, are in test_index.c. Both files share the
  * fixture and white-box checks of index_fixture.h.
  *
- * The file under test is #included (as STYLE.md's unit tests do) with its
+ * The file under test is #included (as the house style's unit tests do) with its
  * one memcpy() routed through crash_memcpy(): a child armed with a key
  * length kills itself there, between an insert's first store into the
  * bucket and the state store that publishes it.

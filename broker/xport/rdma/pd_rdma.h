@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_RDMA_H
 
 /*
- * RDMA data-plane transport (DESIGN.md section 7, "rdma"): RC queue pairs
+ * RDMA data-plane transport: RC queue pairs
  * set up with rdma_cm, RDMA WRITE from the sender's staging slots straight
  * into the receiver's granted recv slots. Same shape as pd_tcp.h, so the
  * broker can use either per peer: connect, post, poll completions (eventfd),

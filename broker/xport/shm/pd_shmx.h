@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_SHMX_H
 
 /*
- * Same-host shared-memory data transport (DESIGN.md section 7, "shm"):
+ * Same-host shared-memory data transport:
  * the sender maps the receiving broker's recv payload arena and its data
  * threads copy staged chunks straight into the granted slots with memcpy.
  * Same shape as pd_tcp.h's sending side, so the broker can use either per

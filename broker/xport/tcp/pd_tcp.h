@@ -3,7 +3,7 @@
 #define PD_BROKER_PD_TCP_H
 
 /*
- * TCP data-plane transport (DESIGN.md sections 2, 7 and 11).
+ * TCP data-plane transport.
  *
  * One struct pd_tcp is both ends of the data plane of one broker: it sends
  * writes to peers (lanes) and receives writes from peers (a listener). The
