@@ -20,11 +20,28 @@
 #define MAX_TOKENS   1024u    /* peer ids with a data token (and per-peer tables) */
 #define MAX_REFUSED  256u     /* batches refused by --require, failed in before_sleep */
 
-/* Grant word of a recv slot: 0 free, else (peer + 1), with GRANT_LANDED
- * once a TCP write from that peer landed in it (set by the data thread
- * after the bytes are in place, before the ACK: so before the PutDone). */
-#define GRANT_LANDED (1u << 31)
-#define GRANT_PEER   (GRANT_LANDED - 1u)
+/*
+ * Grant word of a recv slot: 0 free, else who may write it and into which
+ * grant: (peer + 1) in bits 0-11, LANDED (a write we saw landed: set by the
+ * data thread after the bytes are in place, before the ACK, so before the
+ * PutDone) in bit 12, the peer's session when granted in bits 13-31, the
+ * slot's generation in bits 32-63. A write or a PutDone counts only for the
+ * very peer, session and generation: a late byte of a dead connection, or
+ * one aimed at a slot since granted again, never lands.
+ */
+#define GRANT_PEER       0xfffull
+#define GRANT_LANDED     (1ull << 12)
+#define GRANT_SESS_SHIFT 13
+#define GRANT_SESS_MASK  0x7ffffu
+#define GRANT_MAKE(peer, sess, gen)                                                  \
+	((uint64_t)((peer) + 1) | ((uint64_t)((sess) & GRANT_SESS_MASK) << GRANT_SESS_SHIFT) | \
+	 ((uint64_t)(gen) << 32))
+#define GRANT_SESS(g)    ((uint32_t)((g) >> GRANT_SESS_SHIFT) & GRANT_SESS_MASK)
+#define GRANT_GEN(g)     ((uint32_t)((g) >> 32))
+/* The id a data connection of (peer, session) is known by (its upcalls). */
+#define LANE_ID(peer, sess) ((peer) | (((sess) & GRANT_SESS_MASK) << 12))
+#define LANE_PEER(l)        ((l) & 0xfffu)
+#define LANE_SESS(l)        ((l) >> 12)
 
 /* A decode agent waiting for a request (PD_SQ_RECV_WAIT). */
 struct waiter {
@@ -98,7 +115,10 @@ struct pd_broker {
 	LIST_HEAD(, waiter) waiters;
 	struct wb_tree wbatches;
 	/* Data threads read these (claim, accept_peer): atomics and a lock. */
-	_Atomic uint32_t *grant;      /* per recv slot: peer + 1 while granted, unwritten */
+	_Atomic uint64_t *grant;      /* per recv slot: GRANT_* */
+	uint32_t sess[MAX_TOKENS];    /* per peer id: its session (a new one at each up
+				       * and down); tok_lock */
+	_Atomic uint64_t refused_writes; /* writes and PutDone slots not granted as they say */
 	pthread_mutex_t tok_lock;
 	uint64_t token[MAX_TOKENS];   /* per peer id: the token its lanes present */
 	/* Per peer id: a bit per transport whose connection of it we accepted
@@ -120,6 +140,8 @@ struct pd_broker {
 	struct pd_bytes *sc_keys;
 	uint32_t *sc_lens;
 	struct pd_rx_key *sc_rxkeys;
+	uint32_t *sc_gens;            /* an AllocResponse's generations */
+	uint32_t *sc_pgens;           /* a PutDone's */
 	/* Operators' view (pd_broker_stats.c, pd_admin.c). */
 	struct peer_acct *acct;       /* MAX_TOKENS, by peer id */
 	struct pd_admin *admin;

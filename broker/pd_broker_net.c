@@ -27,8 +27,10 @@ int pd_broker_scratch_alloc(struct pd_broker *b)
 	b->sc_keys = calloc(n, sizeof(*b->sc_keys));
 	b->sc_lens = calloc(n, sizeof(*b->sc_lens));
 	b->sc_rxkeys = calloc(n, sizeof(*b->sc_rxkeys));
-	return b->sc_chunks && b->sc_refs && b->sc_keys && b->sc_lens && b->sc_rxkeys ? 0 :
-	       -ENOMEM;
+	b->sc_gens = calloc(n, sizeof(*b->sc_gens));
+	b->sc_pgens = calloc(n, sizeof(*b->sc_pgens));
+	return b->sc_chunks && b->sc_refs && b->sc_keys && b->sc_lens && b->sc_rxkeys &&
+	       b->sc_gens && b->sc_pgens ? 0 : -ENOMEM;
 }
 
 void pd_broker_scratch_free(struct pd_broker *b)
@@ -38,6 +40,8 @@ void pd_broker_scratch_free(struct pd_broker *b)
 	free(b->sc_keys);
 	free(b->sc_lens);
 	free(b->sc_rxkeys);
+	free(b->sc_gens);
+	free(b->sc_pgens);
 }
 
 void pd_broker_wbatches_free(struct pd_broker *b)
@@ -152,15 +156,23 @@ static void tx_free_slots(void *ctx, const pd_slot_ref *refs, uint32_t n)
 		PD_LOG_RL(ERR, slot, "staging slots could not be freed");
 }
 
+/* PutDone with the generation of each slot it names: idx lists the
+ * batch's written remote indexes in chunk order, so do their generations. */
 static void tx_put_done(void *ctx, const struct pd_tx_batch_view *v, const int32_t *idx,
 			uint32_t n)
 {
+	struct pd_broker *b = ctx;
 	struct pd_msg m = { .type = PD_MSG_PUT_DONE };
+	uint32_t k = 0;
 
+	for (uint32_t i = 0; i < v->n && k < n; i++)
+		if (v->remote[i] >= 0)
+			b->sc_pgens[k++] = v->gens ? v->gens[i] : 0;
 	m.u.put_done = (struct pd_msg_put_done){ .seq = v->seq,
 						 .req_id = { v->req_id, v->req_id_len },
-						 .rank = v->rank, .n = n, .indexes = idx };
-	send_msg(ctx, v->peer, &m);
+						 .rank = v->rank, .n = n, .indexes = idx,
+						 .gens = k == n ? b->sc_pgens : NULL };
+	send_msg(b, v->peer, &m);
 }
 
 static void tx_cancel_notif(void *ctx, uint32_t peer, const uint8_t *req, uint32_t len,
@@ -233,27 +245,38 @@ const struct pd_tx_ops pd_broker_tx_ops = {
 
 /* ---- receiver engine callbacks ----------------------------------------------------- */
 
+/* The grant word of each slot granted now, and the generations the answer
+ * carries (its writes and PutDone must bring them back). */
+static void grants_open(struct pd_broker *b, uint32_t peer, const int32_t *remote, uint32_t n,
+			const int32_t *already, uint32_t nalready, uint32_t *gens)
+{
+	uint32_t sess = peer < MAX_TOKENS ? b->sess[peer] : 0, k = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int fresh = !(k < nalready && already[k] == (int32_t)i);
+
+		k += !fresh;
+		gens[i] = remote[i] >= 0 ? pd_rx_slot_gen(b->rx, (uint32_t)remote[i]) : 0;
+		if (fresh && remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
+			atomic_store(&b->grant[remote[i]], GRANT_MAKE(peer, sess, gens[i]));
+	}
+}
+
 static void rx_reply(void *ctx, uint32_t peer, uint64_t seq, int32_t err, const int32_t *remote,
 		     uint32_t n, const int32_t *already, uint32_t nalready)
 {
 	struct pd_broker *b = ctx;
 	struct pd_msg m = { .type = PD_MSG_ALLOC_RESP };
-	uint32_t k = 0;
 
 	/* The lengths first (data threads read them once the grant is seen),
 	 * then open the granted slots to this peer's writes (not the
 	 * deduplicated ones). An error reply forgets what was held. */
 	pd_broker_lens_granted(b, peer, seq, remote, err ? 0 : n);
-	for (uint32_t i = 0; err == 0 && i < n; i++) {
-		if (k < nalready && already[k] == (int32_t)i) {
-			k++;
-			continue;
-		}
-		if (remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
-			atomic_store(&b->grant[remote[i]], peer + 1);
-	}
+	if (err == 0)
+		grants_open(b, peer, remote, n, already, nalready, b->sc_gens);
 	m.u.alloc_resp = (struct pd_msg_alloc_resp){ .seq = seq, .has_seq = 1, .n = err ? 0 : n,
 						     .remote_indexes = remote,
+						     .remote_gens = err ? NULL : b->sc_gens,
 						     .nalready = err ? 0 : nalready,
 						     .already_sent_indexes = already, .err = err };
 	send_msg(b, peer, &m);
@@ -316,8 +339,8 @@ static void on_reserve(struct pd_broker *b, uint32_t peer, const struct pd_msg_r
 static void on_alloc_resp(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_resp *r)
 {
 	struct pd_tx_resp t = { .peer = peer, .seq = r->seq, .err = r->err, .n = r->n,
-				.remote = r->remote_indexes, .nalready = r->nalready,
-				.already_sent = r->already_sent_indexes };
+				.remote = r->remote_indexes, .gens = r->remote_gens,
+				.nalready = r->nalready, .already_sent = r->already_sent_indexes };
 
 	if (b->tx && r->has_seq)
 		(void)pd_tx_alloc_resp(b->tx, &t, pd_now_ns());
@@ -376,6 +399,7 @@ static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
 	if (peer < MAX_TOKENS) {
 		(void)pthread_mutex_lock(&b->tok_lock);
 		b->token[peer] = token_of(h->name.p, h->name.len, h->epoch);
+		b->sess[peer]++; /* connections of an older session stop counting */
 		atomic_store(&b->unseen_in[peer], 0); /* a new session: its QPs are yet to come */
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
@@ -392,6 +416,7 @@ static void on_peer_down(void *ctx, uint32_t peer, int err)
 	if (peer < MAX_TOKENS) {
 		(void)pthread_mutex_lock(&b->tok_lock);
 		b->token[peer] = 0;
+		b->sess[peer]++; /* its connections' writes never land from now on */
 		atomic_store(&b->unseen_in[peer], 0);
 		(void)pthread_mutex_unlock(&b->tok_lock);
 	}
@@ -411,7 +436,7 @@ const struct pd_ctrl_ops pd_broker_ctrl_ops = {
 /* A connection presenting token, of transport id: its peer, or -EACCES (no
  * live peer has it). An unseen transport's connection lets the peer's
  * PutDones commit slots no write we saw landed in (this session only). */
-static int up_accept(void *ctx, uint64_t token, uint32_t id, uint32_t *peer)
+static int up_accept(void *ctx, uint64_t token, uint32_t id, uint32_t *lane)
 {
 	const struct pd_xport_ops *ops = pd_xport_ops_of(id);
 	struct pd_broker *b = ctx;
@@ -420,7 +445,7 @@ static int up_accept(void *ctx, uint64_t token, uint32_t id, uint32_t *peer)
 	(void)pthread_mutex_lock(&b->tok_lock);
 	for (uint32_t i = 0; token && i < MAX_TOKENS; i++) {
 		if (b->token[i] == token) {
-			*peer = i;
+			*lane = LANE_ID(i, b->sess[i]);
 			if (ops && (ops->flags & PD_XPORT_F_UNSEEN)) /* under the lock: a new
 								      * session's reset cannot pass it */
 				atomic_fetch_or(&b->unseen_in[i], 1u << id);
@@ -432,36 +457,55 @@ static int up_accept(void *ctx, uint64_t token, uint32_t id, uint32_t *peer)
 	return rc;
 }
 
-/* Only into a slot granted to this very peer, not yet written, and exactly
- * as long as the chunk granted there (when the AllocRequest said). */
-static int up_claim(void *ctx, uint32_t peer, uint32_t slot, uint32_t len, void **dst,
-		    uint64_t *cap)
+/* The grant word g names this connection's peer and session and the
+ * frame's generation, and nothing landed in it yet. */
+static int grant_is(uint64_t g, uint32_t lane, uint32_t gen)
+{
+	return (g & GRANT_PEER) == LANE_PEER(lane) + 1u && GRANT_SESS(g) == LANE_SESS(lane) &&
+	       GRANT_GEN(g) == gen && !(g & GRANT_LANDED);
+}
+
+static int refused(struct pd_broker *b)
+{
+	pd_stat_add(&b->refused_writes, 1);
+	return -EPERM;
+}
+
+/* Only into a slot granted to this very peer, in this connection's
+ * session, at this generation, not yet written, and exactly as long as the
+ * chunk granted there (when the AllocRequest said). */
+static int up_claim(void *ctx, uint32_t lane, uint32_t slot, uint32_t gen, uint32_t len,
+		    void **dst, uint64_t *cap)
 {
 	struct pd_broker *b = ctx;
 	uint32_t want;
 
-	if (!b->shm.has_recv || slot >= b->shm.recv.nslots ||
-	    (atomic_load(&b->grant[slot]) & GRANT_PEER) != peer + 1 ||
-	    len > b->shm.recv.slot_size)
-		return -EPERM;
+	if (!b->shm.has_recv || slot >= b->shm.recv.nslots || len > b->shm.recv.slot_size ||
+	    !grant_is(atomic_load(&b->grant[slot]), lane, gen))
+		return refused(b);
 	want = atomic_load_explicit(&b->slot_len[slot], memory_order_relaxed);
 	if (want && len != want)
-		return -EPERM;
+		return refused(b);
 	*dst = b->shm.recv.arena + (uint64_t)slot * b->shm.recv.slot_size;
 	*cap = b->shm.recv.slot_size;
 	return 0;
 }
 
-static void up_landed(void *ctx, uint32_t peer, uint32_t slot, uint32_t len, int status)
+static void up_landed(void *ctx, uint32_t lane, uint32_t slot, uint32_t gen, uint32_t len,
+		      int status)
 {
 	struct pd_broker *b = ctx;
-	uint32_t g = peer + 1;
+	uint32_t peer = LANE_PEER(lane);
+	uint64_t g;
 
-	if (status != 0)
+	if (status != 0 || slot >= b->shm.recv.nslots)
 		return;
-	/* Landed: the PutDone that follows may commit it (unless the grant
-	 * was withdrawn meanwhile: then it stays withdrawn). */
-	(void)atomic_compare_exchange_strong(&b->grant[slot], &g, g | GRANT_LANDED);
+	/* Landed: the PutDone that follows may commit it, unless the grant
+	 * was withdrawn (or granted again) meanwhile: then it stays so. */
+	g = atomic_load(&b->grant[slot]);
+	if (!grant_is(g, lane, gen) ||
+	    !atomic_compare_exchange_strong(&b->grant[slot], &g, g | GRANT_LANDED))
+		return;
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], len);
 	if (peer < MAX_TOKENS) {
 		pd_stat_add(&b->acct[peer].bytes_rx, len);

@@ -74,31 +74,42 @@ static uint32_t first_of(uint32_t mask)
 
 /*
  * A PutDone: its slots' data is in place. Only slots granted to this very
- * peer are released from their grant (a PutDone naming another peer's
- * slot leaves it alone, and the receiver engine refuses the request). A
- * slot no write we saw landed in was written through an unseen transport,
+ * peer, in its current session, at the generation the PutDone names, are
+ * released from their grant (a PutDone naming another peer's slot leaves
+ * it alone; any mismatch is refused, and the receiver engine rolls the
+ * request back). A slot no write we saw landed in was written through an unseen transport,
  * which only a peer that transport lets write us can do (see
  * unseen_from()): from any other peer that PutDone claims bytes that never
  * arrived, and is refused the same way. Unseen bytes are counted here
  * (seen ones were counted as they landed).
  */
+/* Slot s's grant as PutDone entry i names it: this peer, its current
+ * session, the generation the PutDone carries (when it carries one). */
+static int put_done_grant(uint32_t peer, uint32_t sess, const struct pd_msg_put_done *d,
+			  uint32_t i, uint64_t g)
+{
+	return (g & GRANT_PEER) == peer + 1u && GRANT_SESS(g) == sess &&
+	       (!d->gens || GRANT_GEN(g) == d->gens[i]);
+}
+
 void pd_broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
 {
-	uint32_t via = unseen_from(b, peer);
+	uint32_t via = unseen_from(b, peer), sess = peer < MAX_TOKENS ? b->sess[peer] : 0;
 	uint64_t bytes = 0, chunks = 0;
 	int32_t *idx = b->sc_idx;
 
 	for (uint32_t i = 0; i < d->n && i < PD_WIRE_MAX_KEYS; i++) {
 		int32_t s = idx[i] = d->indexes[i];
-		uint32_t g;
+		uint64_t g;
 
 		if (!b->rx || s < 0 || (uint32_t)s >= b->shm.recv.nslots)
 			continue;
 		g = atomic_load(&b->grant[s]);
 		if ((g & GRANT_PEER) != peer + 1)
-			continue;
-		if (!(g & GRANT_LANDED) && !via) {
-			idx[i] = -1; /* refused: nothing landed */
+			continue; /* another peer's: left alone (the engine refuses it) */
+		if (!put_done_grant(peer, sess, d, i, g) || (!(g & GRANT_LANDED) && !via)) {
+			idx[i] = -1; /* refused: not this grant, or nothing landed */
+			pd_stat_add(&b->refused_writes, 1);
 			continue;
 		}
 		if (!(g & GRANT_LANDED)) {

@@ -510,7 +510,8 @@ int pd_broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, 
 			continue;
 		t[k++] = (struct pd_xfer){ .cookie = v->seq, .len = v->chunks[i].len,
 					   .src = pd_pool_data(&b->shm.send, v->chunks[i].slot),
-					   .slot = (uint32_t)v->remote[i] };
+					   .slot = (uint32_t)v->remote[i],
+					   .gen = v->gens ? v->gens[i] : 0 };
 	}
 	return rc;
 }

@@ -78,13 +78,16 @@ FIELDS(alloc_resp_fields,
 	       nalready, 0, KEYS, 0, PD_WIRE_MAX_KEYS - 1),
 	F_PRES("seq", PD_WF_U64, alloc_resp, seq, has_seq, 0, 0, 0),
 	F_VAL("err", PD_WF_I32, 0, alloc_resp, err, ERRMIN, 0, 0),
-	F_BYTES("errmsg", 0, alloc_resp, errmsg, 0, PD_WIRE_ADDR_MAX));
+	F_BYTES("errmsg", 0, alloc_resp, errmsg, 0, PD_WIRE_ADDR_MAX),
+	F_LIST("remote_gens", PD_WF_U32S, PD_WF_SHARED, alloc_resp, remote_gens, n, 0, KEYS, 0,
+	       UINT32_MAX));
 
 FIELDS(put_done_fields,
 	F_VAL("seq", PD_WF_U64, REQ, put_done, seq, 0, 0, 0),
 	F_BYTES("req_id", REQ, put_done, req_id, 0, PD_REQ_ID_MAX),
 	F_VAL("rank", PD_WF_U32, REQ, put_done, rank, 0, UINT32_MAX, 0),
-	F_LIST("indexes", PD_WF_I32S, REQ, put_done, indexes, n, 0, KEYS, 0, INT32_MAX));
+	F_LIST("indexes", PD_WF_I32S, REQ, put_done, indexes, n, 0, KEYS, 0, INT32_MAX),
+	F_LIST("gens", PD_WF_U32S, PD_WF_SHARED, put_done, gens, n, 0, KEYS, 0, UINT32_MAX));
 
 FIELDS(cancel_fields,
 	F_BYTES("req_id", REQ, cancel, req_id, 0, PD_REQ_ID_MAX),

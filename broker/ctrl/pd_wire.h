@@ -38,8 +38,10 @@
  *                    (rank < world_size)
  *   AllocResponse    R remote_indexes (-1..INT32_MAX), already_sent_indexes
  *                    (0..MAX_KEYS-1); o seq (has_seq), err [0]
- *                    (-4095..0), errmsg [""] (0..ADDR_MAX)
- *   PutDone          R seq, req_id, rank, indexes (0..INT32_MAX)
+ *                    (-4095..0), errmsg [""] (0..ADDR_MAX), remote_gens
+ *                    (NULL; one per remote index)
+ *   PutDone          R seq, req_id, rank, indexes (0..INT32_MAX); o gens
+ *                    (NULL; one per index)
  *   CancelNotif      R req_id, keys; o rank [0]
  *   ProxyNotif       R req_id; o status (-4095..0), rank, world_size (>= 1),
  *                    chunks, bytes: all present when has_ext (set when any
@@ -128,6 +130,8 @@ struct pd_msg_alloc_resp {
 	uint32_t has_seq;
 	uint32_t n;
 	const int32_t *remote_indexes;
+	const uint32_t *remote_gens; /* NULL when absent (LMCache); else n: each slot's
+				      * generation, which its writes must carry */
 	uint32_t nalready;
 	const int32_t *already_sent_indexes;
 	int32_t err;               /* 0, or a negative errno */
@@ -141,6 +145,7 @@ struct pd_msg_put_done {
 	uint32_t rank;
 	uint32_t n;
 	const int32_t *indexes;
+	const uint32_t *gens;      /* NULL when absent; else n: the generation each was granted at */
 };
 
 /* CancelNotif (LMCache: req_id, keys). */

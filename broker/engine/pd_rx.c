@@ -337,6 +337,11 @@ uint32_t pd_rx_state(struct pd_rx *rx, const uint8_t *req_id, uint32_t len,
 	return map[r->state];
 }
 
+uint32_t pd_rx_slot_gen(const struct pd_rx *rx, uint32_t slot)
+{
+	return rx && slot < rx->nslots ? PD_SLOT_REF_GEN(rx->chunks[slot].ref) : 0;
+}
+
 const struct pd_admit *pd_rx_admit(const struct pd_rx *rx)
 {
 	return &rx->adm;

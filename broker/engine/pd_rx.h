@@ -167,6 +167,10 @@ void pd_rx_reap(struct pd_rx *rx, uint64_t now_ns);
 /* Admission timeouts, recv-ttl, tombstone expiry. @return requests failed. */
 int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns);
 
+/* The generation slot was last granted at (what its writes and PutDone
+ * must carry); 0 for a slot out of range or never granted. */
+uint32_t pd_rx_slot_gen(const struct pd_rx *rx, uint32_t slot);
+
 /* Where a request stands (for decode agents asking). */
 #define PD_RX_UNKNOWN 0u
 #define PD_RX_WAITING 1u

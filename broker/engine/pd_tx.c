@@ -111,7 +111,7 @@ void pd_tx_batch_view(const struct pd_tx_batch *b, struct pd_tx_batch_view *v)
 		.req_id = r->req_id, .req_id_len = r->req_id_len,
 		.rank = r->rank, .world_size = r->world_size,
 		.total_chunks = r->total, .is_last = b->is_last,
-		.n = b->n, .chunks = b->chunks, .remote = b->remote,
+		.n = b->n, .chunks = b->chunks, .remote = b->remote, .gens = b->gens,
 	};
 }
 
@@ -264,7 +264,8 @@ void pd_tx_req_unnew(struct pd_tx *tx, struct pd_tx_req *r)
 struct pd_tx_batch *pd_tx_batch_new(struct pd_tx *tx, struct pd_tx_req *r,
 				    const struct pd_tx_chunk *c, uint32_t n, uint64_t deadline)
 {
-	size_t sz = sizeof(struct pd_tx_batch) + (size_t)n * (sizeof(*c) + sizeof(int32_t));
+	size_t sz = sizeof(struct pd_tx_batch) +
+		    (size_t)n * (sizeof(*c) + sizeof(int32_t) + sizeof(uint32_t));
 	struct pd_tx_batch *b = malloc(sz);
 	uint32_t i;
 
@@ -274,6 +275,8 @@ struct pd_tx_batch *pd_tx_batch_new(struct pd_tx *tx, struct pd_tx_req *r,
 	if (n)
 		memcpy(b->chunks, c, (size_t)n * sizeof(*c));
 	b->remote = (int32_t *)(void *)(b->chunks + n);
+	b->gens = (uint32_t *)(void *)(b->remote + n);
+	memset(b->gens, 0, (size_t)n * sizeof(*b->gens));
 	for (i = 0; i < n; i++)
 		b->bytes += c[i].len;
 	b->req = r;
@@ -420,8 +423,10 @@ static int map_remote(struct pd_tx_batch *b, const struct pd_tx_resp *m)
 
 	if (m->n != b->n || m->nalready > b->n)
 		return -EPROTO;
-	for (i = 0; i < b->n; i++)
+	for (i = 0; i < b->n; i++) {
 		b->remote[i] = m->remote[i] < 0 ? -1 : m->remote[i];
+		b->gens[i] = m->gens ? m->gens[i] : 0;
+	}
 	for (i = 0; i < m->nalready; i++) {
 		int32_t p = m->already_sent[i];
 

@@ -112,6 +112,8 @@ struct pd_tx_batch_view {
 	uint32_t n;
 	const struct pd_tx_chunk *chunks;
 	const int32_t *remote;         /* write: remote index per chunk, -1 = skip (already sent) */
+	const uint32_t *gens;          /* write: the generation each remote slot was granted at
+					* (0: not said, or before the response) */
 };
 
 /* Final status of a rank's request, for events and ProxyNotif. */
@@ -228,6 +230,7 @@ struct pd_tx_resp {
 	int32_t err;                   /* 0, or a negative errno from the receiver */
 	uint32_t n;
 	const int32_t *remote;         /* n remote indexes, one per chunk in order; < 0 = failed */
+	const uint32_t *gens;          /* NULL, or n: the generation each was granted at */
 	uint32_t nalready;
 	const int32_t *already_sent;   /* positions (0..n-1) the receiver already holds */
 };

@@ -55,6 +55,7 @@ struct pd_tx_batch {
 	uint32_t n;
 	uint32_t nwrite;                       /* chunks to write (not already sent) */
 	int32_t *remote;                       /* n entries, after chunks[] */
+	uint32_t *gens;                        /* n entries, after remote[] */
 	struct pd_tx_chunk chunks[];           /* n, copied from the submit */
 };
 

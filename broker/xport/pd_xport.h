@@ -35,15 +35,19 @@
 
 /* The receive side: checks that stay the broker's (data threads call them). */
 struct pd_xport_up {
-	/* A connection presents token: 0 and the peer it is, or -EACCES.
-	 * id: the transport (an unseen one marks the peer as able to write). */
-	int (*accept_peer)(void *ctx, uint64_t token, uint32_t id, uint32_t *peer);
-	/* A write from peer into slot, len bytes: 0 and where the bytes go
-	 * (at most *cap), or -EPERM (not granted to that peer, too long). */
-	int (*claim)(void *ctx, uint32_t peer, uint32_t slot, uint32_t len, void **dst,
-		     uint64_t *cap);
+	/* A connection presents token: 0 and the id it is known by from now on
+	 * (*lane: the broker's, opaque to the transport, handed back to claim
+	 * and landed), or -EACCES. id: the transport (an unseen one marks the
+	 * peer as able to write). */
+	int (*accept_peer)(void *ctx, uint64_t token, uint32_t id, uint32_t *lane);
+	/* A write on connection lane into (slot, gen), len bytes: 0 and where
+	 * the bytes go (at most *cap), or -EPERM (not granted so: another
+	 * peer, session or generation, another length, written already). */
+	int (*claim)(void *ctx, uint32_t lane, uint32_t slot, uint32_t gen, uint32_t len,
+		     void **dst, uint64_t *cap);
 	/* Those bytes are in place (status 0), or the write failed. */
-	void (*landed)(void *ctx, uint32_t peer, uint32_t slot, uint32_t len, int status);
+	void (*landed)(void *ctx, uint32_t lane, uint32_t slot, uint32_t gen, uint32_t len,
+		       int status);
 };
 
 /* What the broker lends a transport it creates. */

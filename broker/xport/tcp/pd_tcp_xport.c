@@ -49,7 +49,7 @@ static int on_claim(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d, stru
 {
 	struct tcp_x *x = ctx;
 
-	return x->up->claim(x->ctx, peer, d->slot, d->len, &dst->ptr, &dst->cap);
+	return x->up->claim(x->ctx, peer, d->slot, d->gen, d->len, &dst->ptr, &dst->cap);
 }
 
 static void on_landed(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
@@ -58,7 +58,7 @@ static void on_landed(void *ctx, uint32_t peer, const struct pd_tcp_wdesc *d,
 	struct tcp_x *x = ctx;
 
 	(void)dst;
-	x->up->landed(x->ctx, peer, d->slot, d->len, status);
+	x->up->landed(x->ctx, peer, d->slot, d->gen, d->len, status);
 }
 
 static const struct pd_tcp_ops tcp_up = {
