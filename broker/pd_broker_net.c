@@ -346,6 +346,19 @@ static void on_alloc_resp(struct pd_broker *b, uint32_t peer, const struct pd_ms
 		(void)pd_tx_alloc_resp(b->tx, &t, pd_now_ns());
 }
 
+/* A CancelNotif: only the request's own peers may cancel it. Always answered
+ * with an empty AllocResponse (no seq), the acknowledgement the wire contract
+ * promises (docs/design.md); pdkv senders drop an AllocResponse without seq. */
+static void on_cancel(struct pd_broker *b, uint32_t peer, const struct pd_msg_cancel *c)
+{
+	struct pd_msg m = { .type = PD_MSG_ALLOC_RESP };
+
+	if (b->rx && pd_rx_cancel_from(b->rx, peer, c->req_id.p, c->req_id.len, pd_now_ns()) < 0)
+		PD_LOG_RL(WARN, ctl, "peer %u: CancelNotif of %.*s refused: not its request", peer,
+			  (int)c->req_id.len, (const char *)c->req_id.p);
+	send_msg(b, peer, &m);
+}
+
 static void on_msg(void *ctx, uint32_t peer, const struct pd_msg *m)
 {
 	struct pd_broker *b = ctx;
@@ -364,9 +377,7 @@ static void on_msg(void *ctx, uint32_t peer, const struct pd_msg *m)
 		pd_broker_put_done(b, peer, &m->u.put_done);
 		break;
 	case PD_MSG_CANCEL:
-		if (b->rx)
-			(void)pd_rx_cancel(b->rx, m->u.cancel.req_id.p, m->u.cancel.req_id.len,
-					   pd_now_ns());
+		on_cancel(b, peer, &m->u.cancel);
 		break;
 	case PD_MSG_ERROR:
 		if (b->tx && m->u.error.seq) {

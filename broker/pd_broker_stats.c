@@ -31,8 +31,9 @@ static const struct field rx_fields[] = {
 	F(pd_rx_stats, failed, C), F(pd_rx_stats, cancelled, C),
 	F(pd_rx_stats, ttl_reclaimed, C), F(pd_rx_stats, rejected_tomb, C),
 	F(pd_rx_stats, rejected_zero, C), F(pd_rx_stats, rejected_big, C),
-	F(pd_rx_stats, rejected_busy, C), F(pd_rx_stats, proto_errors, C),
-	F(pd_rx_stats, grant_errors, C), F(pd_rx_stats, late_putdone, C),
+	F(pd_rx_stats, rejected_busy, C), F(pd_rx_stats, rejected_foreign, C),
+	F(pd_rx_stats, proto_errors, C), F(pd_rx_stats, grant_errors, C),
+	F(pd_rx_stats, late_putdone, C),
 	F(pd_rx_stats, live_requests, G), F(pd_rx_stats, waiting_requests, G),
 };
 

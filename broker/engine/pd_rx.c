@@ -197,10 +197,20 @@ int pd_rx_put_done(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint3
 
 int pd_rx_cancel(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t now_ns)
 {
+	return pd_rx_cancel_from(rx, PD_RX_ANY_PEER, req_id, len, now_ns);
+}
+
+int pd_rx_cancel_from(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint32_t len,
+		      uint64_t now_ns)
+{
 	struct rx_req *r = rx ? pd_rx_find(rx, req_id, len) : NULL;
 
 	if (!r || r->state == RX_TOMB)
 		return 0;
+	if (peer != PD_RX_ANY_PEER && !pd_rx_req_from(r, peer)) {
+		rx->st.rejected_foreign++; /* not its to cancel */
+		return -EPERM;
+	}
 	pd_rx_doom(rx, r, -ECANCELED);
 	pd_rx_settle(rx, now_ns);
 	return 1;
@@ -220,7 +230,7 @@ int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_
 	return 0;
 }
 
-static int from_peer(const struct rx_req *r, uint32_t peer)
+int pd_rx_req_from(const struct rx_req *r, uint32_t peer)
 {
 	const struct rx_held *h;
 
@@ -242,7 +252,7 @@ int pd_rx_peer_failed(struct pd_rx *rx, uint32_t peer, uint64_t now_ns)
 		return -EINVAL;
 	TAILQ_FOREACH(r, &rx->all, all) {
 		/* A READY request has every byte: the decode side may still use it. */
-		if (r->state != RX_TOMB && r->state != RX_READY && from_peer(r, peer)) {
+		if (r->state != RX_TOMB && r->state != RX_READY && pd_rx_req_from(r, peer)) {
 			pd_rx_doom(rx, r, -ENOTCONN);
 			n++;
 		}

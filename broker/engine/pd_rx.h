@@ -109,6 +109,7 @@ struct pd_rx_stats {
 	uint64_t batches, reserves, granted, deduped, committed;
 	uint64_t ready, released, failed, cancelled, ttl_reclaimed;
 	uint64_t rejected_tomb, rejected_zero, rejected_big, rejected_busy;
+	uint64_t rejected_foreign;   /* a peer not part of a request tried to change it */
 	uint64_t proto_errors, grant_errors, late_putdone;
 	uint64_t live_requests, waiting_requests; /* gauges */
 };
@@ -149,9 +150,17 @@ int pd_rx_reserve(struct pd_rx *rx, const struct pd_rx_reserve *q, uint64_t now_
 int pd_rx_put_done(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint32_t len,
 		   const int32_t *slots, uint32_t n, uint64_t now_ns);
 
-/* CancelNotif (or pdctl cancel): roll back, tombstone. Idempotent.
+/* pdctl cancel: roll back, tombstone. Idempotent.
  * @return 1 a request was cancelled, 0 none was live. */
 int pd_rx_cancel(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t now_ns);
+
+/* A CancelNotif from peer: as pd_rx_cancel(), only by a peer that is part
+ * of the request (it sent or reserved a rank of it); anyone else's is
+ * refused and counted (rejected_foreign), the request untouched.
+ * @return 1; 0 none live; -EPERM not that peer's request. */
+#define PD_RX_ANY_PEER UINT32_MAX
+int pd_rx_cancel_from(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint32_t len,
+		      uint64_t now_ns);
 
 /* The decode side consumed the request: free its slots.
  * @return 0; -ENOENT unknown; -EBUSY not READY yet. */

@@ -96,6 +96,31 @@ static int start_req(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now
 	return pd_rx_run_batch(rx, r, a, now_ns);
 }
 
+/* The rank is taken: by a batch that ran or by one held for admission. */
+static int rank_taken(const struct rx_req *r, uint32_t rank)
+{
+	const struct rx_held *h;
+
+	if (r->rank_peer[rank])
+		return 1;
+	STAILQ_FOREACH(h, &r->held, link)
+		if (h->a.rank == rank)
+			return 1;
+	return 0;
+}
+
+/* A batch of a peer that is not part of r and that does not fit it (a rank
+ * another peer took, other totals): only a peer of the request may change
+ * its fate, so it is refused, r untouched. A peer may still join with a
+ * rank nobody took yet. */
+static int foreign(const struct rx_req *r, const struct pd_rx_alloc *a)
+{
+	if (r->anon || pd_rx_req_from(r, a->peer))
+		return 0;
+	return a->world_size != r->world_size || a->total_chunks != r->total ||
+	       a->rank >= r->world_size || rank_taken(r, a->rank);
+}
+
 int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
 {
 	struct rx_req *r;
@@ -113,6 +138,10 @@ int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns)
 	r = pd_rx_find(rx, a->req_id, a->req_id_len);
 	if (!r) {
 		rc = start_req(rx, a, now_ns);
+	} else if (r->state != RX_TOMB && foreign(r, a)) {
+		rx->st.rejected_foreign++;
+		reply_err(rx, a, -EPERM);
+		return 0;
 	} else if (r->state == RX_TOMB) {
 		rx->st.rejected_tomb++;
 		reply_err(rx, a, -ECANCELED);

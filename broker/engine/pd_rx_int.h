@@ -113,6 +113,8 @@ void pd_rx_tree_add(struct pd_rx *rx, struct rx_req *r);
 void pd_rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
 void pd_rx_view(const struct rx_req *r, struct pd_rx_req_view *v);
 void pd_rx_req_free(struct pd_rx *rx, struct rx_req *r);
+/* peer sent (or reserved) a rank of r, or has a batch of it held. */
+int pd_rx_req_from(const struct rx_req *r, uint32_t peer);
 
 /* pd_rx_batch.c */
 int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,

@@ -52,6 +52,7 @@
 #define K_VIOLATION 1u /* must fail its request */
 #define K_MALFORMED 2u /* -EINVAL, changes nothing */
 #define K_LATE      3u /* to a tombstone: -ECANCELED */
+#define K_FOREIGN   4u /* a peer not part of the request: -EPERM, changes nothing */
 
 struct mch {
 	uint16_t code;
@@ -444,7 +445,8 @@ static void check_replies(void)
 		const struct mbatch *b = &W->b[W->evans[i]];
 		const struct mreq *m = &W->m[b->req];
 
-		if (b->kind == K_MALFORMED || b->kind == K_LATE || !m->created)
+		if (b->kind == K_MALFORMED || b->kind == K_LATE || b->kind == K_FOREIGN ||
+		    !m->created)
 			continue;
 		EXPECT(m->st == M_ENDED, "%s: seq %llu refused (%d) but the request lives on",
 		       m->id, (unsigned long long)W->evans[i], b->err);

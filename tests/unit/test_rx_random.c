@@ -109,15 +109,16 @@ static void do_alloc(struct mreq *m, const struct send *s)
 	TRACE("%u: alloc %s seq %llu peer %u rank %u/%u total %u n %u last %u kind %u -> %d\n",
 	      W->step, m->id, (unsigned long long)seq, s->peer, s->rank, s->ws, s->total, s->n,
 	      s->last, s->kind, rc);
-	if (s->kind == K_MALFORMED || s->kind == K_LATE || first != 1) {
+	if (s->kind == K_MALFORMED || s->kind == K_LATE || s->kind == K_FOREIGN || first != 1) {
 		int32_t want = s->kind == K_MALFORMED ? -EINVAL : s->kind == K_LATE ? -ECANCELED
+								 : s->kind == K_FOREIGN ? -EPERM
 										       : first;
 
 		EXPECT(rc == (s->kind == K_MALFORMED ? -EINVAL : 0) && b->answered &&
 			       b->err == want,
 		       "%s: seq %llu (kind %u) returned %d, err %d; expected err %d", m->id,
 		       (unsigned long long)seq, s->kind, rc, b->err, want);
-		if (first != 1)
+		if (first != 1 && s->kind != K_FOREIGN)
 			m->st = M_REJECTED;
 		return;
 	}
@@ -219,7 +220,24 @@ static void ev_anon(void)
 	m->last[0] = 1;
 }
 
-/* A batch that must fail its request. */
+/* peer sent a rank of m. */
+static int sent_by(const struct mreq *m, uint32_t peer)
+{
+	for (uint32_t k = 0; k < m->ws; k++)
+		if ((m->ranks >> k & 1) && m->peer[k] == peer)
+			return 1;
+	return 0;
+}
+
+/* A peer that sent no rank of m, for a rank taken or with other totals:
+ * refused, m untouched. */
+static int foreign(const struct mreq *m, const struct send *s)
+{
+	return !sent_by(m, s->peer) &&
+	       (s->ws != m->ws || s->total != m->total || (m->ranks >> s->rank & 1));
+}
+
+/* A batch that must fail its request (or, from a stranger, be refused). */
 static void ev_violation(struct mreq *m)
 {
 	uint32_t r = rnd(m->ws), rem = m->total - m->sent[r], v = rnd(8), p;
@@ -249,7 +267,7 @@ static void ev_violation(struct mreq *m)
 		s.last = 1;
 		for (uint32_t i = 0; i < s.n; i++)
 			s.code[i] = (uint16_t)(r << 8 | (m->sent[r] + i));
-	} else if (v == 4) { /* the rank from another peer */
+	} else if (v == 4) { /* the rank from another peer (a stranger's: refused) */
 		s.peer = (m->peer[r] + 1 + rnd(NPEERS - 1)) % NPEERS;
 	} else if (v == 6) { /* a key it already sent */
 		s.n = 1;
@@ -258,6 +276,11 @@ static void ev_violation(struct mreq *m)
 		s.n = 2;
 		s.code[0] = s.code[1] = (uint16_t)(r << 8 | m->sent[r]);
 	} /* v == 5: a batch after the rank's last one */
+	if (foreign(m, &s)) {
+		s.kind = K_FOREIGN;
+		W->what = "foreign batch";
+		m->violated = 0;
+	}
 	do_alloc(m, &s);
 }
 
@@ -576,6 +599,7 @@ static void final_check(void)
 {
 	const struct pd_admit *a = pd_rx_admit(W->rx);
 	struct pd_rx_stats st;
+	uint64_t nforeign = 0;
 
 	W->what = "end";
 	pd_rx_get_stats(W->rx, &st);
@@ -588,8 +612,13 @@ static void final_check(void)
 	       pd_index_count(&W->index));
 	EXPECT(st.live_requests == 0 && st.waiting_requests == 0 && nexist() == 0,
 	       "at the end: %llu live requests", (unsigned long long)st.live_requests);
-	for (uint64_t s = 1; s <= W->nseq; s++)
+	for (uint64_t s = 1; s <= W->nseq; s++) {
 		EXPECT(W->b[s].answered, "seq %llu never answered", (unsigned long long)s);
+		nforeign += W->b[s].kind == K_FOREIGN;
+	}
+	EXPECT(st.rejected_foreign == nforeign, "%llu foreign batches refused, %llu sent",
+	       (unsigned long long)st.rejected_foreign, (unsigned long long)nforeign);
+	W->sum.rejected_foreign += st.rejected_foreign;
 	W->sum.ready += st.ready, W->sum.released += st.released, W->sum.failed += st.failed;
 	W->sum.deduped += st.deduped, W->sum.proto_errors += st.proto_errors;
 	W->sum.ttl_reclaimed += st.ttl_reclaimed, W->sum.rejected_busy += st.rejected_busy;
@@ -692,7 +721,7 @@ static void test_rx_random_interleavings(void **state)
 		fail();
 	print_message("rx random: %u seeds, %llu events; %llu batches, %llu ready, %llu released, "
 		      "%llu failed, %llu deduped, %llu protocol errors, %llu ttl, %llu admission "
-		      "timeouts, %llu busy, %llu late PutDones\n",
+		      "timeouts, %llu busy, %llu late PutDones, %llu foreign refused\n",
 		      n, (unsigned long long)events, (unsigned long long)W->sum.batches,
 		      (unsigned long long)W->sum.ready, (unsigned long long)W->sum.released,
 		      (unsigned long long)W->sum.failed, (unsigned long long)W->sum.deduped,
@@ -700,7 +729,8 @@ static void test_rx_random_interleavings(void **state)
 		      (unsigned long long)W->sum.ttl_reclaimed,
 		      (unsigned long long)W->timeouts,
 		      (unsigned long long)W->sum.rejected_busy,
-		      (unsigned long long)W->sum.late_putdone);
+		      (unsigned long long)W->sum.late_putdone,
+		      (unsigned long long)W->sum.rejected_foreign);
 }
 
 int main(int argc, char **argv)

@@ -361,7 +361,7 @@ static void test_reserve_after_batch_eproto(void **state)
 }
 
 /* Totals or world size that disagree: between Reserves, or between a
- * Reserve and the rank's later batches (a batch from another peer too). */
+ * Reserve and the rank's later batches of the same peer. */
 static void test_reserve_disagreements_eproto(void **state)
 {
 	static const struct {
@@ -370,9 +370,8 @@ static void test_reserve_disagreements_eproto(void **state)
 	} cases[] = {
 		{ 2, 5, 1, 1, 0 },                    /* rank 0's batch: total 5, reserved 4 */
 		{ 3, 4, 1, 1, 0 },                    /* rank 0's batch: world 3 */
-		{ 2, 4, 3, 1, 0 },                    /* rank 0's batch from another peer */
-		{ 3, 4, 2, 0, 1 },                    /* rank 1's Reserve: world 3 */
-		{ 2, 5, 2, 0, 1 },                    /* rank 1's Reserve: total 5 */
+		{ 3, 4, 1, 0, 1 },                    /* rank 1's Reserve: world 3 */
+		{ 2, 5, 1, 0, 1 },                    /* rank 1's Reserve: total 5 */
 	};
 
 	(void)state;
@@ -403,6 +402,45 @@ static void test_reserve_disagreements_eproto(void **state)
 		expect_rolled_back(f, "X", -EPROTO);
 		rxf_destroy(f);
 	}
+}
+
+/* A peer that is not part of a request can neither fail nor cancel it: its
+ * batch for a rank another peer took, or with other totals, is refused
+ * -EPERM and counted, as is its cancel; the request goes on. It may still
+ * join with a rank nobody took. */
+static void test_stranger_cannot_fail_or_cancel(void **state)
+{
+	struct rx_fx *f = rxf_create(20, 64);
+	struct rxf_resv r0 = { .req = "X", .peer = 1, .seq = 1, .total = 4, .world_size = 2 };
+	struct rxf_batch take = { .req = "X", .peer = 3, .seq = 2, .n = 1, .total = 4,
+				  .world_size = 2 };
+	struct rxf_batch totals = { .req = "X", .peer = 3, .seq = 3, .n = 1, .total = 5,
+				    .world_size = 2, .rank = 1 };
+	struct rxf_batch join = { .req = "X", .peer = 3, .seq = 4, .n = 4, .total = 4,
+				  .world_size = 2, .rank = 1, .is_last = 1 };
+	struct rxf_resv world = { .req = "X", .peer = 3, .seq = 5, .total = 4, .world_size = 3,
+				  .rank = 1 };
+
+	(void)state;
+	assert_int_equal(rxf_reserve(f, &r0), 0);
+	expect_answer(f, 1, 1, 0);
+	assert_int_equal(rxf_alloc(f, &take), 0);             /* rank 0 is peer 1's */
+	expect_answer(f, 3, 2, -EPERM);
+	assert_int_equal(rxf_alloc(f, &totals), 0);           /* other totals */
+	expect_answer(f, 3, 3, -EPERM);
+	assert_int_equal(pd_rx_cancel_from(f->rx, 3, (const uint8_t *)"X", 1, f->now), -EPERM);
+	assert_int_equal(rxf_stats(f).rejected_foreign, 3);
+	assert_int_equal(f->nfailed, 0);
+	assert_int_equal(state_of(f, "X", NULL), PD_RX_ACTIVE);
+	assert_int_equal(rxf_reserve(f, &world), 0);          /* another world size */
+	expect_answer(f, 3, 5, -EPERM);
+	assert_int_equal(rxf_stats(f).rejected_foreign, 4);
+	assert_int_equal(rxf_alloc(f, &join), 0);             /* rank 1: nobody's yet */
+	assert_int_equal(rxf_got(f, 3, 4)->err, 0);
+	assert_int_equal(rxf_got(f, 3, 4)->n, 4);
+	assert_int_equal(pd_rx_cancel_from(f->rx, 3, (const uint8_t *)"X", 1, f->now), 1);
+	expect_rolled_back(f, "X", -ECANCELED);
+	rxf_destroy(f);
 }
 
 /* ---- cancel and timeout while waiting ---------------------------------------------------- */
@@ -519,6 +557,7 @@ int main(void)
 		T(test_rank_reserved_twice_while_waiting, rxf_setup10),
 		T(test_reserve_after_batch_eproto, rxf_setup10),
 		cmocka_unit_test(test_reserve_disagreements_eproto),
+		cmocka_unit_test(test_stranger_cannot_fail_or_cancel),
 		T(test_cancel_while_waiting_withdraws, rxf_setup10),
 		T(test_admission_timeout_etimedout, rxf_setup10),
 		T(test_peer_failed_after_reserve, rxf_setup10),
