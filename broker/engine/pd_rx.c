@@ -50,7 +50,8 @@ void pd_rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 void pd_rx_view(const struct rx_req *r, struct pd_rx_req_view *v)
 {
 	*v = (struct pd_rx_req_view){ .req_id = r->id, .req_id_len = r->id_len, .tag = r->tag,
-				      .need = r->need, .committed = r->committed };
+				      .need = r->need, .committed = r->committed,
+				      .admitted = r->adm.was_admitted };
 }
 
 static int scratch_alloc(struct pd_rx *rx)
@@ -89,7 +90,7 @@ int pd_rx_create(const struct pd_rx_opts *o, struct pd_rx **out)
 	TAILQ_INIT(&rx->all);
 	rc = pd_admit_init(&rx->adm, rx->nslots, o->admission_timeout_ns);
 	rx->chunks = calloc(rx->nslots, sizeof(*rx->chunks));
-	if (rc == 0 && (!rx->chunks || scratch_alloc(rx) < 0))
+	if (rc == 0 && (!rx->chunks || scratch_alloc(rx) < 0 || pd_rx_share_init(rx) < 0))
 		rc = -ENOMEM;
 	if (rc < 0) {
 		pd_rx_destroy(rx);
@@ -111,6 +112,7 @@ void pd_rx_req_free(struct pd_rx *rx, struct rx_req *r)
 	if (r->in_tree)
 		RB_REMOVE(rx_tree, &rx->by_id, r);
 	TAILQ_REMOVE(&rx->all, r, all);
+	pd_rx_share_free(rx, r);
 	free(r->chunks);
 	free(r->rank_seen);
 	free(r);
@@ -138,6 +140,7 @@ void pd_rx_destroy(struct pd_rx *rx)
 	free(rx->already);
 	free(rx->fresh);
 	free(rx->refs);
+	free(rx->peers);
 	free(rx);
 }
 
@@ -275,7 +278,8 @@ static int expire_ttl(struct pd_rx *rx, uint64_t now_ns)
 	int n = 0;
 
 	TAILQ_FOREACH(r, &rx->live, order) {
-		if (now_ns < r->last_ns || now_ns - r->last_ns < rx->o.ttl_ns)
+		if (now_ns < r->last_ns || now_ns - r->last_ns < rx->o.ttl_ns ||
+		    n == (int)PD_RX_TICK_BUDGET)
 			break;
 		if (r->in_work != WORK_DOOMED) {
 			rx->st.ttl_reclaimed++;
@@ -290,9 +294,10 @@ static void expire_tombs(struct pd_rx *rx, uint64_t now_ns)
 {
 	struct rx_req *r;
 
-	while ((r = TAILQ_FIRST(&rx->tombs)) && now_ns >= r->last_ns &&
-	       now_ns - r->last_ns >= rx->o.tombstone_ns) {
+	for (uint32_t n = 0; n < PD_RX_TICK_BUDGET && (r = TAILQ_FIRST(&rx->tombs)) &&
+			    now_ns >= r->last_ns && now_ns - r->last_ns >= rx->o.tombstone_ns; n++) {
 		TAILQ_REMOVE(&rx->tombs, r, order);
+		rx->ntombs--;
 		pd_rx_req_free(rx, r);
 	}
 }
@@ -311,7 +316,7 @@ int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns)
 
 	if (!rx)
 		return -EINVAL;
-	n = (int)pd_admit_expire(&rx->adm, now_ns, on_expire, rx);
+	n = (int)pd_admit_expire(&rx->adm, now_ns, PD_RX_TICK_BUDGET, on_expire, rx);
 	n += expire_ttl(rx, now_ns);
 	pd_rx_settle(rx, now_ns);
 	expire_tombs(rx, now_ns);
@@ -326,9 +331,7 @@ void pd_rx_get_stats(const struct pd_rx *rx, struct pd_rx_stats *out)
 {
 	*out = rx->st;
 	out->waiting_requests = rx->adm.nwaiting;
-	out->live_requests = rx->nreq;
-	for (const struct rx_req *r = TAILQ_FIRST(&rx->tombs); r; r = TAILQ_NEXT(r, order))
-		out->live_requests--;
+	out->live_requests = rx->nreq - rx->ntombs;
 }
 
 uint32_t pd_rx_state(struct pd_rx *rx, const uint8_t *req_id, uint32_t len,

@@ -76,6 +76,7 @@ struct pd_rx_req_view {
 	uint64_t tag;                /* unique per request (index entries carry it) */
 	uint32_t need;               /* total_chunks x world_size */
 	uint32_t committed;
+	uint32_t admitted;           /* 1: it was admitted (0: failed while waiting) */
 };
 
 struct pd_rx_ops {
@@ -103,13 +104,30 @@ struct pd_rx_opts {
 	uint64_t ttl_ns;             /* no progress and no release for this long: reclaimed */
 	uint64_t tombstone_ns;
 	uint64_t max_held_bytes;     /* keys of batches held while waiting, in total */
+	/* Per peer (the peer of a request's first message), 0 no cap: requests
+	 * it holds, live, waiting or tombstoned (a number or PD_RX_FAIR_SHARE);
+	 * slots its live and waiting requests need (a number). Admission is
+	 * fair between peers whatever the caps (pd_admit.h). */
+	uint32_t peer_max_requests;
+	uint32_t peer_max_slots;
+	uint32_t max_peers;          /* ids below are accounted apart, above share one (0: 1024) */
 };
+
+/* A fair share of requests: max_requests / (peers holding requests + 1),
+ * the asking one included, so a share is always left for a peer not seen
+ * yet. A peer's first request is never refused for a cap. */
+#define PD_RX_FAIR_SHARE UINT32_MAX
+
+/* Most expiries (admission, TTL, tombstones, each) one pd_rx_tick() does;
+ * the rest wait for the next tick, so a flood never stalls the loop. */
+#define PD_RX_TICK_BUDGET 4096u
 
 struct pd_rx_stats {
 	uint64_t batches, reserves, granted, deduped, committed;
 	uint64_t ready, released, failed, cancelled, ttl_reclaimed;
 	uint64_t rejected_tomb, rejected_zero, rejected_big, rejected_busy;
 	uint64_t rejected_foreign;   /* a peer not part of a request tried to change it */
+	uint64_t rejected_peer_requests, rejected_peer_slots; /* over the peer's share */
 	uint64_t proto_errors, grant_errors, late_putdone;
 	uint64_t live_requests, waiting_requests; /* gauges */
 };
@@ -179,6 +197,9 @@ int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns);
 /* The generation slot was last granted at (what its writes and PutDone
  * must carry); 0 for a slot out of range or never granted. */
 uint32_t pd_rx_slot_gen(const struct pd_rx *rx, uint32_t slot);
+
+/* What peer holds: requests (live, waiting, tombstoned) and slots of demand. */
+void pd_rx_share_get(const struct pd_rx *rx, uint32_t peer, uint32_t *nreq, uint32_t *demand);
 
 /* Where a request stands (for decode agents asking). */
 #define PD_RX_UNKNOWN 0u

@@ -56,6 +56,7 @@ static struct rx_req *new_req(struct pd_rx *rx, const struct pd_rx_alloc *a, uin
 	memcpy(r->id, a->req_id, a->req_id_len);
 	TAILQ_INSERT_TAIL(&rx->all, r, all);
 	rx->nreq++;
+	pd_rx_share_add(rx, r, a->peer);
 	if (!r->anon)
 		pd_rx_tree_add(rx, r);
 	return r;
@@ -79,12 +80,17 @@ static int start_req(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now
 		reply_err(rx, a, -E2BIG);
 		return 0;
 	}
+	if (pd_rx_share_check(rx, a->peer, total * ws) < 0) {
+		reply_err(rx, a, -EBUSY);
+		return 0;
+	}
 	if (rx->nreq >= rx->o.max_requests || !(r = new_req(rx, a, total, ws))) {
 		rx->st.rejected_busy++;
 		reply_err(rx, a, -EBUSY);
 		return 0;
 	}
-	rc = pd_admit_request(&rx->adm, &r->adm, r->need, now_ns);
+	rc = pd_admit_request_flow(&rx->adm, &r->adm, r->need, pd_rx_share_finish(rx, a->peer),
+				   now_ns);
 	if (rc == 1) {
 		r->state = RX_WAITING;
 		rc = pd_rx_hold(rx, r, a);

@@ -176,6 +176,7 @@ void pd_rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 	drop_chunks(rx, r);
 	refuse_held(rx, r, -ECANCELED);
 	pd_admit_finish(&rx->adm, &r->adm);
+	pd_rx_share_end(rx, r);
 	if (r->on_live) {
 		TAILQ_REMOVE(&rx->live, r, order);
 		r->on_live = 0;
@@ -187,6 +188,7 @@ void pd_rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)
 	r->state = RX_TOMB;
 	r->last_ns = now_ns;
 	TAILQ_INSERT_TAIL(&rx->tombs, r, order);
+	rx->ntombs++;
 }
 
 static void rollback(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns)

@@ -76,8 +76,17 @@ struct rx_req {
 	uint32_t *rank_peer;         /* peer + 1 per rank, 0 = none yet */
 	uint64_t rank_last;          /* bit per rank: last batch seen */
 	uint64_t rank_resv;          /* bit per rank: its Reserve was run */
+	uint32_t owner;              /* peer of its first message (shares) */
+	uint32_t has_demand;         /* its need counts in its owner's demand */
 	uint32_t id_len;
 	uint8_t id[PD_REQ_ID_MAX];
+};
+
+/* What one peer holds (pd_rx_share.c). */
+struct rx_peer {
+	uint32_t nreq;               /* live, waiting and tombstoned requests */
+	uint32_t demand;             /* need of its live and waiting requests */
+	uint64_t finish;             /* its fair-queueing finish tag (pd_admit.h) */
 };
 
 RB_HEAD(rx_tree, rx_req);
@@ -99,6 +108,9 @@ struct pd_rx {
 	uint64_t next_tag;
 	uint64_t held_bytes;
 	struct pd_rx_stats st;
+	struct rx_peer *peers;       /* max_peers + 1: the last for ids beyond */
+	uint32_t npeers_req;         /* peers holding a request */
+	uint32_t ntombs;
 	struct pd_stat_hist xfer_hist; /* admitted -> READY */
 	/* Scratch for one batch. */
 	int32_t *remote;
@@ -115,6 +127,17 @@ void pd_rx_view(const struct rx_req *r, struct pd_rx_req_view *v);
 void pd_rx_req_free(struct pd_rx *rx, struct rx_req *r);
 /* peer sent (or reserved) a rank of r, or has a batch of it held. */
 int pd_rx_req_from(const struct rx_req *r, uint32_t peer);
+
+/* pd_rx_share.c */
+int pd_rx_share_init(struct pd_rx *rx);
+/* 0, or -EBUSY (counted): a new request of need slots is past peer's share. */
+int pd_rx_share_check(struct pd_rx *rx, uint32_t peer, uint32_t need);
+void pd_rx_share_add(struct pd_rx *rx, struct rx_req *r, uint32_t peer);
+/* r holds no slots any more (idempotent); _free: r is gone. */
+void pd_rx_share_end(struct pd_rx *rx, struct rx_req *r);
+void pd_rx_share_free(struct pd_rx *rx, struct rx_req *r);
+/* The peer's flow in admission (pd_admit_request_flow()). */
+uint64_t *pd_rx_share_finish(struct pd_rx *rx, uint32_t peer);
 
 /* pd_rx_batch.c */
 int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,

@@ -96,13 +96,17 @@ static inline void *rxf_mem(int64_t len)
 	return p;
 }
 
-static inline struct rx_fx *rxf_create(uint32_t nslots, uint32_t max_requests)
+/* With per-peer caps (pd_rx_opts: peer_max_requests, peer_max_slots). */
+static inline struct rx_fx *rxf_create_caps(uint32_t nslots, uint32_t max_requests,
+					    uint32_t peer_max_requests, uint32_t peer_max_slots)
 {
 	struct rx_fx *f = calloc(1, sizeof(*f));
 	int64_t plen = pd_pool_memsize(nslots), ilen = pd_index_memsize(1024);
 	struct pd_rx_opts o = { .ops = &rxf_ops, .owner = 7, .max_requests = max_requests,
 				.admission_timeout_ns = RXF_ADMIT_NS, .ttl_ns = RXF_TTL_NS,
-				.tombstone_ns = RXF_TOMB_NS, .max_held_bytes = 1u << 20 };
+				.tombstone_ns = RXF_TOMB_NS, .max_held_bytes = 1u << 20,
+				.peer_max_requests = peer_max_requests,
+				.peer_max_slots = peer_max_slots };
 
 	assert_non_null(f);
 	f->nslots = nslots;
@@ -118,6 +122,11 @@ static inline struct rx_fx *rxf_create(uint32_t nslots, uint32_t max_requests)
 	assert_int_equal(pd_rx_create(&o, &f->rx), 0);
 	f->now = 1000;
 	return f;
+}
+
+static inline struct rx_fx *rxf_create(uint32_t nslots, uint32_t max_requests)
+{
+	return rxf_create_caps(nslots, max_requests, 0, 0);
 }
 
 static inline void rxf_destroy(struct rx_fx *f)

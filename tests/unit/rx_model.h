@@ -78,6 +78,7 @@ struct mreq {
 	int32_t exp, may;      /* this event: it must / may fail with */
 	uint32_t failed_now;
 	uint64_t tag, since, wait_order, last_ns, end_ns;
+	uint64_t vstart;       /* its fair-queueing tag */
 	struct mch ch[MAXCH];
 };
 
@@ -101,6 +102,7 @@ struct world {
 	uint32_t seed, step, nslots, max_requests, trace, bad, told;
 	const char *file;        /* of the first failed check */
 	uint64_t rng, now, adm_ns, ttl_ns, tomb_ns, next_tag, worder, timeouts;
+	uint64_t vtime, finish[NPEERS]; /* fair admission: tags as pd_admit.h defines */
 	const char *what;
 	char msg[512];
 	uint32_t nm, nevans, npins;
@@ -214,14 +216,22 @@ static void end_req(struct mreq *m)
 
 /* ---- callbacks ------------------------------------------------------------------ */
 
+/* o comes before m in admission order: by tag, then by arrival. */
+static int ahead(const struct mreq *o, const struct mreq *m)
+{
+	return o->vstart < m->vstart || (o->vstart == m->vstart && o->wait_order < m->wait_order);
+}
+
 static void admitted(struct mreq *m)
 {
 	for (uint32_t i = 0; i < W->nm; i++) {
 		const struct mreq *o = &W->m[i];
 
-		EXPECT(!(o->st == M_LIVE && o->waiting && o->wait_order < m->wait_order),
-		       "%s admitted ahead of %s, which waits since earlier", m->id, o->id);
+		EXPECT(!(o->st == M_LIVE && o->waiting && ahead(o, m)),
+		       "%s admitted ahead of %s, which is before it in fair order", m->id, o->id);
 	}
+	if (m->vstart > W->vtime)
+		W->vtime = m->vstart;
 	m->waiting = 0;
 }
 
@@ -331,6 +341,10 @@ static void cb_failed(void *ctx, const struct pd_rx_req_view *v, int32_t err)
 	m->nfailed++;
 	m->failed_now = 1;
 	m->err = err;
+	/* Admitted, then its held batches failed it (a zombie key, a broken
+	 * protocol): it was admitted in fair order all the same. */
+	if (m->waiting && v->admitted)
+		admitted(m);
 	end_req(m);
 }
 
@@ -486,6 +500,8 @@ static void check(void)
 	       "admission: free %u, outstanding %llu, capacity %u", a->free,
 	       (unsigned long long)a->outstanding, a->capacity);
 	EXPECT(nfree == a->free, "pool has %u free slots, admission counts %u", nfree, a->free);
+	EXPECT(W->vtime == a->vtime, "admission virtual time %llu, expected %llu",
+	       (unsigned long long)a->vtime, (unsigned long long)W->vtime);
 	check_replies();
 	for (uint32_t i = 0; i < W->nm; i++) {
 		struct mreq *m = &W->m[i];
@@ -495,7 +511,7 @@ static void check(void)
 		npend += m->npend;
 		if (m->st == M_LIVE && m->waiting) {
 			nwait++;
-			if (!head || m->wait_order < head->wait_order)
+			if (!head || ahead(m, head))
 				head = m;
 		}
 	}

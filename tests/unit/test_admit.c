@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -113,8 +114,8 @@ static void test_expire_removes_oldest_waiters_first(void **state)
 	assert_int_equal(pd_admit_request(&a, &w1, 1, 10), 1);
 	assert_int_equal(pd_admit_request(&a, &w2, 1, 50), 1);
 	assert_int_equal(pd_admit_next_deadline(&a), 110);
-	assert_int_equal(pd_admit_expire(&a, 109, record, &l), 0);
-	assert_int_equal(pd_admit_expire(&a, 110, record, &l), 1);
+	assert_int_equal(pd_admit_expire(&a, 109, UINT32_MAX, record, &l), 0);
+	assert_int_equal(pd_admit_expire(&a, 110, UINT32_MAX, record, &l), 1);
 	assert_ptr_equal(l.seen[0], &w1);
 	assert_int_equal(w1.state, PD_ADM_NONE);
 	assert_int_equal(pd_admit_next_deadline(&a), 150);
@@ -122,6 +123,78 @@ static void test_expire_removes_oldest_waiters_first(void **state)
 	assert_int_equal(a.nwaiting, 0);
 	assert_int_equal(pd_admit_next_deadline(&a), UINT64_MAX);
 	assert_int_equal(a.stats.timed_out, 1);
+	ok(&a);
+}
+
+/* One flow's backlog does not hold another flow back: A holds the whole
+ * pool and queues 8 more; B's two, asked last, are admitted first when
+ * slots come back (A was already served 10 slots); within a flow, FIFO.
+ * Expiry still goes by age, not by admission order. */
+static void test_flows_admitted_fairly(void **state)
+{
+	struct pd_admit a;
+	struct pd_adm_entry hold = { 0 }, qa[8], qb[2];
+	uint64_t fa = 0, fb = 0;
+	struct log l = { .n = 0 };
+
+	(void)state;
+	memset(qa, 0, sizeof(qa));
+	memset(qb, 0, sizeof(qb));
+	assert_int_equal(pd_admit_init(&a, CAP, 100), 0);
+	assert_int_equal(pd_admit_request_flow(&a, &hold, CAP, &fa, 0), 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(pd_admit_request_flow(&a, &qa[i], 2, &fa, 1), 1);
+	assert_int_equal(pd_admit_request_flow(&a, &qb[0], 2, &fb, 2), 1);
+	assert_int_equal(pd_admit_request_flow(&a, &qb[1], 2, &fb, 2), 1);
+	assert_ptr_equal(pd_admit_oldest(&a), &qa[0]);
+	assert_int_equal(pd_admit_use(&a, &hold, CAP, 0), 0);
+	pd_admit_slots_freed(&a, CAP);
+	pd_admit_finish(&a, &hold);
+	assert_int_equal(pd_admit_pump(&a, 3, record, &l), 5);
+	ok(&a);
+	/* tags: A 10, 12, ... (its first 10 slots were served); B 0, 2 */
+	assert_ptr_equal(l.seen[0], &qb[0]);
+	assert_ptr_equal(l.seen[1], &qb[1]);
+	assert_ptr_equal(l.seen[2], &qa[0]);
+	assert_ptr_equal(l.seen[3], &qa[1]);
+	assert_ptr_equal(l.seen[4], &qa[2]);
+	assert_int_equal(a.nwaiting, 5);
+	l.n = 0;
+	assert_int_equal(pd_admit_expire(&a, 101, 2, record, &l), 2); /* by age, at most 2 */
+	assert_ptr_equal(l.seen[0], &qa[3]);
+	assert_ptr_equal(l.seen[1], &qa[4]);
+	assert_int_equal(a.nwaiting, 3);
+	for (int i = 0; i < 8; i++)
+		pd_admit_finish(&a, &qa[i]);
+	pd_admit_finish(&a, &qb[0]);
+	pd_admit_finish(&a, &qb[1]);
+	assert_int_equal(a.nwaiting, 0);
+	assert_int_equal(a.outstanding, 0);
+	ok(&a);
+}
+
+/* A new flow's request is admitted at once when no waiting request is
+ * before it, even while another flow's backlog waits. */
+static void test_new_flow_admitted_at_once_ahead_of_a_backlog(void **state)
+{
+	struct pd_admit a;
+	struct pd_adm_entry big = { 0 }, q[3], b = { 0 };
+	uint64_t fa = 0, fb = 0;
+
+	(void)state;
+	memset(q, 0, sizeof(q));
+	assert_int_equal(pd_admit_init(&a, CAP, 100), 0);
+	assert_int_equal(pd_admit_request_flow(&a, &big, 6, &fa, 0), 0);
+	for (int i = 0; i < 3; i++) /* tags 6, 11, 16: none fits (4 free) */
+		assert_int_equal(pd_admit_request_flow(&a, &q[i], 5, &fa, 0), 1);
+	assert_int_equal(pd_admit_request_flow(&a, &b, 4, &fb, 0), 0); /* tag 0 */
+	assert_int_equal(a.nwaiting, 3);
+	assert_int_equal(pd_admit_request(&a, &(struct pd_adm_entry){ 0 }, 0, 0), -EINVAL);
+	pd_admit_finish(&a, &b);
+	for (int i = 0; i < 3; i++)
+		pd_admit_finish(&a, &q[i]);
+	pd_admit_finish(&a, &big);
+	assert_int_equal(a.outstanding, 0);
 	ok(&a);
 }
 
@@ -133,6 +206,8 @@ int main(void)
 		cmocka_unit_test(test_use_is_bounded_by_the_reservation),
 		cmocka_unit_test(test_finish_returns_unused_and_pump_admits_in_order),
 		cmocka_unit_test(test_expire_removes_oldest_waiters_first),
+		cmocka_unit_test(test_flows_admitted_fairly),
+		cmocka_unit_test(test_new_flow_admitted_at_once_ahead_of_a_backlog),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

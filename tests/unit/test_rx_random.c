@@ -47,8 +47,22 @@ static int32_t first_answer(const struct mreq *m, const struct send *s)
 	return 1;
 }
 
-static void created(struct mreq *m, int fits)
+/* Admitted at once when it has room and no waiting request is before it
+ * in fair order. @return 1 admitted at once. */
+static int created(struct mreq *m, uint32_t peer, int room)
 {
+	int fits = room;
+
+	m->vstart = W->finish[peer] > W->vtime ? W->finish[peer] : W->vtime;
+	W->finish[peer] = m->vstart + m->need;
+	for (uint32_t i = 0; i < W->nm; i++)
+		if (W->m[i].st == M_LIVE && W->m[i].waiting && W->m[i].vstart <= m->vstart)
+			fits = 0;
+	if (fits && m->vstart > W->vtime)
+		W->vtime = m->vstart;
+	TRACE("    %s tag %llu need %u vtime %llu (engine %llu) fits %d\n", m->id,
+	      (unsigned long long)m->vstart, m->need, (unsigned long long)W->vtime,
+	      (unsigned long long)pd_rx_admit(W->rx)->vtime, fits);
 	m->created = 1;
 	m->st = M_LIVE;
 	m->tag = W->next_tag++;
@@ -56,6 +70,7 @@ static void created(struct mreq *m, int fits)
 	m->since = m->last_ns = W->now;
 	m->waiting = !fits;
 	m->wait_order = fits ? 0 : ++W->worder;
+	return fits;
 }
 
 static void held(struct mreq *m, const struct mbatch *b, uint64_t seq, int rc)
@@ -75,7 +90,7 @@ static void held(struct mreq *m, const struct mbatch *b, uint64_t seq, int rc)
 static void do_alloc(struct mreq *m, const struct send *s)
 {
 	const struct pd_admit *ad = pd_rx_admit(W->rx);
-	int fits = ad->nwaiting == 0 && m->need <= ad->free - ad->outstanding;
+	int fits = m->need <= ad->free - ad->outstanding;
 	uint32_t st0 = m->st, waited = m->waiting;
 	uint64_t seq = ++W->nseq;
 	struct mbatch *b = &W->b[seq];
@@ -95,7 +110,7 @@ static void do_alloc(struct mreq *m, const struct send *s)
 	if (st0 == M_NEW && s->kind == K_VALID) {
 		first = first_answer(m, s);
 		if (first == 1)
-			created(m, fits);
+			fits = created(m, s->peer, fits);
 	}
 	m->nout++;
 	rc = pd_rx_alloc(W->rx,
@@ -637,7 +652,8 @@ static void setup_seed(uint32_t seed)
 	W->what = "start";
 	W->rng = seed * 0x2545f4914f6cdd1dull;
 	W->step = W->nm = W->npins = W->nevans = 0;
-	W->nseq = W->worder = 0;
+	W->nseq = W->worder = W->vtime = 0;
+	memset(W->finish, 0, sizeof(W->finish));
 	W->next_tag = 1;
 	W->now = 1000;
 	W->nslots = 8 + rnd(MAXSLOTS - 7);
