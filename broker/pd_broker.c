@@ -159,7 +159,11 @@ static int make_engines(struct pd_broker *b)
 				 .max_requests = MAX_REQUESTS,
 				 .admission_timeout_ns = b->cfg.admission_timeout_ns,
 				 .ttl_ns = b->cfg.recv_ttl_ns, .tombstone_ns = TOMBSTONE_NS,
-				 .max_held_bytes = MAX_HELD };
+				 .max_held_bytes = MAX_HELD,
+				 .peer_max_requests = b->cfg.peer_max_requests ?
+					 b->cfg.peer_max_requests : PD_RX_FAIR_SHARE,
+				 .peer_max_slots = b->cfg.peer_max_reserved,
+				 .max_peers = MAX_TOKENS };
 	struct pd_tx_opts to = { .ops = &pd_broker_tx_ops, .ctx = b,
 				 .max_requests = MAX_REQUESTS,
 				 .alloc_timeout_ns = b->cfg.admission_timeout_ns + 5 * PD_NS_PER_S,

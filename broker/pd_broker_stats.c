@@ -32,6 +32,7 @@ static const struct field rx_fields[] = {
 	F(pd_rx_stats, ttl_reclaimed, C), F(pd_rx_stats, rejected_tomb, C),
 	F(pd_rx_stats, rejected_zero, C), F(pd_rx_stats, rejected_big, C),
 	F(pd_rx_stats, rejected_busy, C), F(pd_rx_stats, rejected_foreign, C),
+	F(pd_rx_stats, rejected_peer_requests, C), F(pd_rx_stats, rejected_peer_slots, C),
 	F(pd_rx_stats, proto_errors, C), F(pd_rx_stats, grant_errors, C),
 	F(pd_rx_stats, late_putdone, C),
 	F(pd_rx_stats, live_requests, G), F(pd_rx_stats, waiting_requests, G),
@@ -192,7 +193,7 @@ static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now
 {
 	struct pd_stat_info *i = &s->info;
 	const struct pd_admit *a = b->rx ? pd_rx_admit(b->rx) : NULL;
-	const struct pd_adm_entry *oldest = a ? TAILQ_FIRST(&a->waiting) : NULL;
+	const struct pd_adm_entry *oldest = a ? pd_admit_oldest(a) : NULL;
 
 	(void)snprintf(i->ctrl, sizeof(i->ctrl), "%s", pd_ctrl_endpoint(b->ctrl));
 	(void)strlcpy(i->data, b->data_addr, sizeof(i->data));
