@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "it_scenarios.h"
+#include "pd_fake_peer.h"
 #include "pd_wire.h"
 
 static const struct it_xport shm = IT_XPORT_SHM;
@@ -186,76 +187,8 @@ static void test_require_shm_refuses_a_peer_without_it(void **state)
  * Hello with the host id it is given, asks for slots, may write them
  * itself through its own mapping of the decode broker's arena (what the
  * shm transport does), and says PutDone. */
-struct fake {
-	void *ctx, *s;
-	char name[64];
-	struct pd_wire_buf wb;
-	struct pd_wire_dec dec;
-	char buf[1 << 16];
-};
-
-static void fake_send(struct fake *f, const struct pd_msg *m)
-{
-	assert_int_equal(pd_wire_encode(m, &f->wb), 0);
-	assert_int_equal(zmq_send(f->s, "", 0, ZMQ_SNDMORE), 0);
-	assert_int_equal(zmq_send(f->s, f->wb.data, f->wb.len, 0), (int)f->wb.len);
-}
-
-/* The next message of type want (heartbeats skipped). */
-static void fake_recv(struct fake *f, uint32_t want, struct pd_msg *m)
-{
-	for (int i = 0; i < 100; i++) {
-		int n;
-
-		if (zmq_recv(f->s, f->buf, sizeof(f->buf), 0) < 0) /* the empty delimiter */
-			fail_msg("%s: no answer", pd_wire_type_name(want));
-		n = zmq_recv(f->s, f->buf, sizeof(f->buf), 0);
-		assert_true(n > 0);
-		assert_int_equal(pd_wire_decode(&f->dec, f->buf, (size_t)n, m, NULL, 0), 0);
-		if (m->type == want)
-			return;
-	}
-	fail_msg("no %s", pd_wire_type_name(want));
-}
-
-static struct pd_bytes cstr(const char *s)
-{
-	return (struct pd_bytes){ (const uint8_t *)s, (uint32_t)strlen(s) };
-}
-
-static void fake_open(struct fake *f, const struct pd_test_broker *d, const char *host_id)
-{
-	struct pd_msg m = { .type = PD_MSG_HELLO };
-	int tmo = 5000, linger = 0;
-
-	(void)snprintf(f->name, sizeof(f->name), "fake-%d-%s", (int)getpid(), host_id);
-	f->name[20] = '\0';
-	f->ctx = zmq_ctx_new();
-	f->s = zmq_socket(f->ctx, ZMQ_DEALER);
-	assert_int_equal(zmq_setsockopt(f->s, ZMQ_RCVTIMEO, &tmo, sizeof(tmo)), 0);
-	assert_int_equal(zmq_setsockopt(f->s, ZMQ_LINGER, &linger, sizeof(linger)), 0);
-	assert_int_equal(zmq_connect(f->s, d->ctrl), 0);
-	pd_wire_buf_init(&f->wb);
-	pd_wire_dec_init(&f->dec);
-	m.u.hello = (struct pd_msg_hello){ .proto = PD_WIRE_PROTO, .name = cstr(f->name),
-					   .epoch = 12345, .host_id = cstr(host_id),
-					   .slot_size = IT_SLOT, .nxports = 1 };
-	m.u.hello.xport[0] = cstr("tcp");
-	m.u.hello.addr[0] = cstr("");
-	fake_send(f, &m);
-	fake_recv(f, PD_MSG_HELLO_ACK, &m);
-}
-
-static void fake_close(struct fake *f)
-{
-	pd_wire_dec_fini(&f->dec);
-	pd_wire_buf_fini(&f->wb);
-	(void)zmq_close(f->s);
-	(void)zmq_ctx_term(f->ctx);
-}
-
 /* Request req of 2 chunks: the slots granted go to remote[]. */
-static void fake_alloc(struct fake *f, const char *req, int32_t remote[2])
+static void fake_alloc(struct pd_fake_peer *f, const char *req, int32_t remote[2])
 {
 	char k0[48], k1[48];
 	struct pd_bytes keys[2];
@@ -264,26 +197,27 @@ static void fake_alloc(struct fake *f, const char *req, int32_t remote[2])
 
 	it_key(k0, sizeof(k0), req, 0);
 	it_key(k1, sizeof(k1), req, 1);
-	keys[0] = cstr(k0);
-	keys[1] = cstr(k1);
-	m.u.alloc_req = (struct pd_msg_alloc_req){ .seq = 1, .has_seq = 1, .req_id = cstr(req),
+	keys[0] = pd_fake_str(k0);
+	keys[1] = pd_fake_str(k1);
+	m.u.alloc_req = (struct pd_msg_alloc_req){ .seq = 1, .has_seq = 1,
+						   .req_id = pd_fake_str(req),
 						   .nkeys = 2, .keys = keys, .lens = lens,
 						   .total_chunks = 2, .world_size = 1,
 						   .is_last_batch = 1 };
-	fake_send(f, &m);
-	fake_recv(f, PD_MSG_ALLOC_RESP, &m);
+	pd_fake_send(f, &m);
+	pd_fake_recv(f, PD_MSG_ALLOC_RESP, &m);
 	assert_int_equal(m.u.alloc_resp.err, 0);
 	assert_int_equal(m.u.alloc_resp.n, 2);
 	memcpy(remote, m.u.alloc_resp.remote_indexes, 2 * sizeof(int32_t));
 }
 
-static void fake_put_done(struct fake *f, const char *req, const int32_t remote[2])
+static void fake_put_done(struct pd_fake_peer *f, const char *req, const int32_t remote[2])
 {
 	struct pd_msg m = { .type = PD_MSG_PUT_DONE };
 
-	m.u.put_done = (struct pd_msg_put_done){ .seq = 1, .req_id = cstr(req), .n = 2,
+	m.u.put_done = (struct pd_msg_put_done){ .seq = 1, .req_id = pd_fake_str(req), .n = 2,
 						 .indexes = remote };
-	fake_send(f, &m);
+	pd_fake_send(f, &m);
 }
 
 /* Write chunk i of req into slot[i] of d's arena, as the shm transport does. */
@@ -319,14 +253,14 @@ static void boot_id(char *out, size_t len)
 static void test_putdone_trusted_only_from_same_host(void **state)
 {
 	struct it *t = start(8, 16, NULL, NULL);
-	struct fake near = { 0 }, far = { 0 };
+	struct pd_fake_peer near = { 0 }, far = { 0 };
 	struct pd_recv_info info;
 	int32_t slot[2];
 	char id[64];
 
 	(void)state;
 	boot_id(id, sizeof(id));
-	fake_open(&near, &t->d, id);
+	pd_fake_open(&near, t->d.ctrl, NULL, id, IT_SLOT, NULL);
 	fake_alloc(&near, "N", slot);
 	shm_write(&t->d, "N", slot);
 	fake_put_done(&near, "N", slot);
@@ -334,15 +268,15 @@ static void test_putdone_trusted_only_from_same_host(void **state)
 	assert_int_equal(it_wait_stat(&t->d, "bytes_recv", it_len(0) + it_len(1)),
 			 it_len(0) + it_len(1));
 	assert_int_equal(pd_recv_release(t->da, "N"), 0);
-	fake_open(&far, &t->d, "another-host");
+	pd_fake_open(&far, t->d.ctrl, NULL, "another-host", IT_SLOT, NULL);
 	fake_alloc(&far, "F", slot);
 	fake_put_done(&far, "F", slot);
 	assert_int_equal(pd_recv_wait(t->da, "F", IT_WAIT_MS, &info), 0);
 	assert_int_equal(info.status, -EPROTO);
 	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
 	assert_int_equal(it_stat(&t->d, "bytes_recv"), it_len(0) + it_len(1));
-	fake_close(&near);
-	fake_close(&far);
+	pd_fake_close(&near);
+	pd_fake_close(&far);
 	it_stop(t, 0);
 }
 
