@@ -135,6 +135,7 @@ help:
 	@echo "make check      the whole test suite under ASan + UBSan (build/asan)"
 	@echo "make tsan       threaded tests under TSan (build/tsan)"
 	@echo "make test-rdma  the RDMA transport on SoftRoCE in a qemu guest (apt installs qemu and a kernel; skips visibly without)"
+	@echo "make test-netfault  loss, rate limit, link down, data-port blackhole between brokers in network namespaces (root; skips visibly without)"
 	@echo "make bench      micro-benchmarks (shm core, receiver engine) beside their baselines"
 	@echo "make compare-peers  pdbench beside iperf3 and UCX on this machine (COMPARE_ARGS=--quick)"
 	@echo "make fuzz       libFuzzer on the wire codec for FUZZ_SECONDS=$(FUZZ_SECONDS) (clang, build/fuzz)"
@@ -383,3 +384,17 @@ $(B)/tests/rdma/rdma_broker_test: $(B)/tests/rdma/rdma_broker_test.o $(SUPPORT_O
 		$(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) | $(PDBROKER)
 	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) \
 		$(PC_LIBS_BROKER) $(LDLIBS_ALL)
+
+# ---- network faults between real brokers (network namespaces) --------------
+# tests/netfault/run.sh puts a prefill and a decode broker in network
+# namespaces of their own, joined by a veth pair, and while pdbench moves
+# and verifies requests it drops packets (nftables), limits the rate (tbf),
+# takes the link down, and blackholes the decode broker's data port (6
+# runs); "N passed, N failed, N skipped", about 4 minutes. Root (nftables
+# is installed with apt when missing); it skips visibly otherwise.
+# NETFAULT_ARGS: e.g. --only blackhole --blackhole-runs 10, -v.
+NETFAULT_ARGS ?=
+.PHONY: test-netfault
+
+test-netfault: $(PDBROKER) $(PDBENCH) $(PDCTL)
+	@tests/netfault/run.sh --build $(B) $(NETFAULT_ARGS)
