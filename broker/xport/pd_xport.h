@@ -116,6 +116,10 @@ struct pd_xport_ops {
 	int (*event_fd)(const struct pd_xport *x);
 	/* Connections open to peer (for pdctl; 0 when none). */
 	uint32_t (*lanes)(const struct pd_xport *x, uint32_t peer);
+	/* Close the connections we accepted whose lane stale() says is stale
+	 * (its session ended): nothing more of them lands. NULL: no such
+	 * connections (the transport fences otherwise, or keeps none). */
+	void (*fence)(struct pd_xport *x, int (*stale)(void *ctx, uint32_t lane), void *ctx);
 	/* Every tick: notice peers that died unannounced. NULL: nothing to do. */
 	void (*tick)(struct pd_xport *x);
 	/* Append "name value" counters (for the statistics region); NULL: none.

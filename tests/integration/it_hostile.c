@@ -4,12 +4,15 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "it_fixture.h"
+#include "pd_sys.h"
 #include "pd_tcp.h"
 
 /* A transfer that must still work afterwards. */
@@ -303,12 +306,95 @@ static void test_garbage_on_the_admin_socket(void **state)
 	it_stop(t, 0);
 }
 
+/* ---- a flood of idle data connections ------------------------------------------------ */
+
+#define FLOOD_CONNS 300
+
+/* A stranger that keeps FLOOD_CONNS connections to a data port open and
+ * never says HELLO: each one the broker closes is opened again. */
+struct flood {
+	int port, fd[FLOOD_CONNS];
+	_Atomic int stop;
+	pthread_t thr;
+};
+
+static int flood_connect(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(0x7f000001) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		(void)close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void *flood_main(void *arg)
+{
+	struct flood *f = arg;
+	char b[64];
+
+	while (!atomic_load(&f->stop)) {
+		for (int i = 0; i < FLOOD_CONNS; i++) {
+			struct pollfd p = { .fd = f->fd[i], .events = POLLIN };
+
+			if (f->fd[i] >= 0 && poll(&p, 1, 0) > 0 && read(f->fd[i], b, sizeof(b)) <= 0) {
+				(void)close(f->fd[i]);
+				f->fd[i] = -1;
+			}
+			if (f->fd[i] < 0)
+				f->fd[i] = flood_connect(f->port);
+		}
+		(void)nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	}
+	return NULL;
+}
+
+/* With a stranger keeping 300 connections open on the decode broker's data
+ * port (more than it runs at once), a prefill broker started meanwhile
+ * still opens its lanes and moves every byte: connections that never say
+ * HELLO are evicted, oldest first, and counted. */
+static void test_idle_connection_flood(void **state)
+{
+	struct it *t = calloc(1, sizeof(*t));
+	struct it_opts o = { .send_slots = 8, .recv_slots = 16 };
+	struct flood *f = calloc(1, sizeof(*f));
+	struct it_args pargs;
+
+	(void)state;
+	assert_non_null(t);
+	assert_non_null(f);
+	assert_int_equal(pd_test_broker_start(&t->d, "itD", it_args(&t->dargs, 0, 16, &o, NULL, 0)),
+			 0);
+	f->port = data_port(&t->d);
+	assert_true(f->port > 0);
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		f->fd[i] = flood_connect(f->port);
+	assert_int_equal(pd_thread_start(&f->thr, flood_main, f), 0);
+	assert_true(it_wait_stat(&t->d, "tcp.conns_evicted", FLOOD_CONNS - 64) >= FLOOD_CONNS - 64);
+	assert_int_equal(pd_test_broker_start(&t->p, "itP", it_args(&pargs, 8, 0, &o, NULL, 1)), 0);
+	t->pa = it_attach(&t->p, PD_AGENT_SEND);
+	t->da = it_attach(&t->d, PD_AGENT_RECV);
+	still_serves(t, "through");
+	still_serves(t, "again");
+	atomic_store(&f->stop, 1);
+	pd_thread_join(f->thr);
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		if (f->fd[i] >= 0)
+			(void)close(f->fd[i]);
+	free(f);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_garbage_on_the_control_plane),
 		cmocka_unit_test(test_raw_writes_to_ungranted_slots),
 		cmocka_unit_test(test_garbage_on_the_admin_socket),
+		cmocka_unit_test(test_idle_connection_flood),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -23,6 +23,8 @@ void pd_tcp_opts_init(struct pd_tcp_opts *o)
 		.max_frame = 64u << 20,
 		.max_conns = 256,
 		.connect_timeout_ms = 5000,
+		.hello_timeout_ms = 2000,
+		.max_pending = 64,
 		.io_timeout_ms = 10000,
 	};
 }
@@ -95,6 +97,10 @@ int pd_tcp_create(const struct pd_tcp_opts *o, struct pd_tcp **out)
 	if (!t)
 		return -ENOMEM;
 	t->o = *o;
+	if (!t->o.hello_timeout_ms)
+		t->o.hello_timeout_ms = 2000;
+	if (!t->o.max_pending)
+		t->o.max_pending = 64;
 	t->lfd = t->stop_fd = t->reap_fd = -1;
 	t->peers = calloc(o->max_peers, sizeof(*t->peers));
 	if (!t->peers)
@@ -108,12 +114,17 @@ int pd_tcp_create(const struct pd_tcp_opts *o, struct pd_tcp **out)
 	rc = pd_pthread_rc(pthread_mutex_init(&t->cq_lock, NULL));
 	if (rc < 0)
 		goto out_free_nodes;
-	rc = fds_open(t);
+	rc = pd_pthread_rc(pthread_mutex_init(&t->conns_lock, NULL));
 	if (rc < 0)
 		goto out_destroy_lock;
+	rc = fds_open(t);
+	if (rc < 0)
+		goto out_destroy_conns_lock;
 	*out = t;
 	return 0;
 
+out_destroy_conns_lock:
+	(void)pthread_mutex_destroy(&t->conns_lock);
 out_destroy_lock:
 	(void)pthread_mutex_destroy(&t->cq_lock);
 out_free_nodes:
@@ -144,6 +155,7 @@ void pd_tcp_destroy(struct pd_tcp *t)
 	fds_close(t);
 	pd_cplq_fini(&t->cq);
 	(void)pthread_mutex_destroy(&t->cq_lock);
+	(void)pthread_mutex_destroy(&t->conns_lock);
 	free(t->nodes);
 	free(t->peers);
 	free(t);

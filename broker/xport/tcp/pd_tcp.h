@@ -273,6 +273,9 @@ struct pd_tcp_opts {
 	uint32_t max_frame;            /* payload bytes per write, 1..PD_TCP_MAX_FRAME_LIMIT (64 MiB) */
 	uint32_t max_conns;            /* accepted connections at once, 1..PD_TCP_MAX_CONNS (256) */
 	uint32_t connect_timeout_ms;   /* connect + HELLO round trip, >= 1 (5000) */
+	uint32_t hello_timeout_ms;     /* receiver: accept to HELLO, 0: 2000 */
+	uint32_t max_pending;          /* receiver: accepted without HELLO yet, 0: 64
+					* (one more evicts the oldest) */
 	uint32_t io_timeout_ms;        /* no progress with work outstanding, >= 1 (10000):
 					* sender: frames unacknowledged and no byte sent nor
 					* ACK received for this long; receiver: a frame begun
@@ -296,6 +299,8 @@ struct pd_tcp_opts {
 	X(acks_tx)          /* ACKs sent */                                           \
 	X(conns_accepted)   /* connections given a data thread */                     \
 	X(conns_refused)    /* accepted then closed at once: max_conns reached */     \
+	X(conns_evicted)    /* closed without HELLO: max_pending newer ones came */   \
+	X(conns_fenced)     /* closed by pd_tcp_fence(): their session ended */       \
 	X(hellos_rejected)  /* HELLO refused by accept_peer */                        \
 	X(writes_rejected)  /* DATA refused by claim, or len over dst.cap */          \
 	X(proto_errors)     /* malformed frames (either side) */                      \
@@ -383,6 +388,14 @@ int pd_tcp_post(struct pd_tcp *t, uint32_t peer, const struct pd_xfer *x, uint32
  * @return the number moved (0..max); -EINVAL for NULL arguments.
  */
 int pd_tcp_poll(struct pd_tcp *t, struct pd_cpl *c, uint32_t max);
+
+/**
+ * Close every accepted connection whose lane (what accept_peer gave it)
+ * stale() says is stale: their threads end, nothing more of them lands.
+ * stale() runs on the calling thread with the connection table locked.
+ * @return connections closed; -EINVAL.
+ */
+int pd_tcp_fence(struct pd_tcp *t, int (*stale)(void *arg, uint32_t lane), void *arg);
 
 /** The completion eventfd (readable while completions are pending; owned by
  * the instance, do not read or close it), or -EINVAL for NULL. Any thread. */

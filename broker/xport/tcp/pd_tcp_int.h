@@ -97,13 +97,21 @@ struct pd_tcp_peer {
 	struct pd_tcp_lane lane[];
 };
 
+#define PD_TCP_CONN_PENDING 0u   /* accepted, no HELLO yet */
+#define PD_TCP_CONN_UP      1u   /* HELLO accepted: a lane of c->peer */
+#define PD_TCP_CONN_CLOSING 2u   /* evicted, fenced or ending */
+
+/* An accepted connection (pd_tcp_conns.c). */
 struct pd_tcp_conn {
 	struct pd_tcp *t;
-	struct pd_tcp_conn *next;      /* listener thread only */
 	pthread_t thr;
-	int fd;
-	uint32_t peer;
 	_Atomic int done;              /* set last by the connection thread */
+	/* t->conns_lock */
+	struct pd_tcp_conn *next;
+	int fd;                        /* closed (-1) by its thread only */
+	uint32_t peer;                 /* the lane accept_peer gave; set before UP */
+	uint32_t state;                /* PD_TCP_CONN_* */
+	uint64_t since_ns;             /* accepted at */
 };
 
 struct pd_tcp_counters {
@@ -131,9 +139,11 @@ struct pd_tcp {
 	_Atomic int port;
 	pthread_t lthr;
 	int lstarted;
-	/* listener thread only (the owner after joining it) */
+	/* t->conns_lock (pd_tcp_conns.c) */
+	pthread_mutex_t conns_lock;
 	struct pd_tcp_conn *conns;
 	uint32_t nconns;
+	uint32_t npending;             /* of them, PENDING */
 };
 
 /* What interrupts a wait besides the socket: wake_fd readable -> check(arg)
@@ -153,6 +163,17 @@ void pd_tcp_pool_put(struct pd_tcp *t, struct pd_cplq_fifo *f);
 void pd_tcp_cq_push(struct pd_tcp *t, struct pd_cplq_fifo *f);
 int pd_tcp_log_ok(struct pd_tcp *t);
 void pd_tcp_rx_stop(struct pd_tcp *t);
+
+/* pd_tcp_conns.c */
+/* Listener: a data thread main_fn(c) for fd: 0; -EBUSY max_conns running
+ * (fd is the caller's to close), or a thread error. */
+int pd_tcp_conns_add(struct pd_tcp *t, int fd, void *(*main_fn)(void *));
+/* Join finished connection threads (all of them with all = 1). */
+void pd_tcp_conns_reap(struct pd_tcp *t, int all);
+/* c's HELLO was accepted as lane: 0, or -ECONNABORTED (evicted meanwhile). */
+int pd_tcp_conn_up(struct pd_tcp_conn *c, uint32_t lane);
+/* c's thread is done with its socket: closed. */
+void pd_tcp_conn_close(struct pd_tcp_conn *c);
 
 /* pd_tcp_tx.c */
 void pd_tcp_peers_stop(struct pd_tcp *t);

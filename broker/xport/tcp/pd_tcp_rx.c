@@ -8,7 +8,7 @@
  * once when max_conns are running) and joins the connection threads that
  * have finished (they signal the reap eventfd).
  *
- * Connection: HELLO within connect_timeout_ms -> accept_peer -> HELLO
+ * Connection: HELLO within hello_timeout_ms -> accept_peer -> HELLO
  * reply; then per frame: header (waiting for its first byte without a
  * deadline, the rest with io_timeout_ms of no progress) -> claim -> payload
  * straight into the claimed memory -> landed -> ACK. Any error closes the
@@ -68,9 +68,10 @@ static int conn_hello(struct pd_tcp_conn *c)
 {
 	struct pd_tcp *t = c->t;
 	struct pd_tcp_wait w = { .wake_fd = t->stop_fd, .check = conn_check, .arg = c };
-	uint64_t deadline = pd_deadline_ms(t->o.connect_timeout_ms);
+	uint64_t deadline = pd_deadline_ms(t->o.hello_timeout_ms);
 	uint8_t buf[PD_TCP_HDR_SIZE];
 	struct pd_tcp_hdr h;
+	uint32_t lane = UINT32_MAX;
 	int rc;
 
 	rc = pd_tcp_sock_tune(c->fd);
@@ -80,7 +81,9 @@ static int conn_hello(struct pd_tcp_conn *c)
 		return rc;
 	if (pd_tcp_hdr_decode(buf, 0, &h) < 0 || h.type != PD_TCP_T_HELLO)
 		return conn_hello_bad(c, &h, deadline, &w);
-	rc = t->o.ops->accept_peer(t->o.ctx, h.tag, &c->peer);
+	rc = t->o.ops->accept_peer(t->o.ctx, h.tag, &lane);
+	if (rc == 0)
+		rc = pd_tcp_conn_up(c, lane);
 	if (rc != 0) {
 		rc = rc < 0 && rc >= STATUS_MIN ? rc : -EACCES;
 		PD_TCP_STAT_INC(t, hellos_rejected, 1);
@@ -204,8 +207,8 @@ static void *conn_main(void *arg)
 		PD_TCP_STAT_INC(t, conn_errors, 1);
 		PD_TCP_LOG_RL(t, WARN, "connection of peer %u closed: %s", c->peer, pd_strerror(rc));
 	}
-	(void)close(c->fd);
-	/* Release: pairs with the acquire in conns_reap; c may be freed from
+	pd_tcp_conn_close(c);
+	/* Release: pairs with the acquire in pd_tcp_conns_reap; c may be freed from
 	 * here on, so t was read before. */
 	atomic_store_explicit(&c->done, 1, memory_order_release);
 	pd_efd_signal(t->reap_fd);
@@ -214,46 +217,19 @@ static void *conn_main(void *arg)
 
 /* ---- listener ----------------------------------------------------------------- */
 
-/* Join finished connection threads (all of them with all = 1). */
-static void conns_reap(struct pd_tcp *t, int all)
-{
-	struct pd_tcp_conn **pp = &t->conns;
-
-	while (*pp) {
-		struct pd_tcp_conn *c = *pp;
-
-		if (!all && !atomic_load_explicit(&c->done, memory_order_acquire)) {
-			pp = &c->next;
-			continue;
-		}
-		pd_thread_join(c->thr);
-		*pp = c->next;
-		t->nconns--;
-		free(c);
-	}
-}
+static void *conn_main(void *arg);
 
 static void conn_start(struct pd_tcp *t, int fd)
 {
-	struct pd_tcp_conn *c = NULL;
+	int rc = pd_tcp_conns_add(t, fd, conn_main);
 
-	if (t->nconns >= t->o.max_conns)
-		conns_reap(t, 0);
-	if (t->nconns < t->o.max_conns)
-		c = calloc(1, sizeof(*c));
-	if (c) {
-		*c = (struct pd_tcp_conn){ .t = t, .fd = fd, .peer = UINT32_MAX };
-		if (pd_thread_start(&c->thr, conn_main, c) == 0) {
-			c->next = t->conns;
-			t->conns = c;
-			t->nconns++;
-			PD_TCP_STAT_INC(t, conns_accepted, 1);
-			return;
-		}
-		free(c);
+	if (rc == 0) {
+		PD_TCP_STAT_INC(t, conns_accepted, 1);
+		return;
 	}
 	PD_TCP_STAT_INC(t, conns_refused, 1);
-	PD_TCP_LOG_RL(t, WARN, "connection refused: %u connections running", t->nconns);
+	PD_TCP_LOG_RL(t, WARN, "connection refused: %s", rc == -EBUSY ?
+		      "max connections running" : pd_strerror(rc));
 	(void)close(fd);
 }
 
@@ -304,7 +280,7 @@ static void *listener_main(void *arg)
 			break;
 		if (pfd[2].revents) {
 			pd_efd_drain(t->reap_fd);
-			conns_reap(t, 0);
+			pd_tcp_conns_reap(t, 0);
 		}
 		if (pfd[0].revents && accept_all(t) < 0)
 			break;
@@ -383,7 +359,7 @@ void pd_tcp_rx_stop(struct pd_tcp *t)
 	if (t->lstarted)
 		pd_thread_join(t->lthr);
 	t->lstarted = 0;
-	conns_reap(t, 1);
+	pd_tcp_conns_reap(t, 1);
 	if (t->lfd >= 0)
 		(void)close(t->lfd);
 	t->lfd = -1;

@@ -165,6 +165,11 @@ static int tcp_connect(struct pd_xport *base, uint32_t peer, const struct pd_xpo
 	return rc;
 }
 
+static void tcp_fence(struct pd_xport *base, int (*stale)(void *ctx, uint32_t lane), void *ctx)
+{
+	(void)pd_tcp_fence(of(base)->t, stale, ctx);
+}
+
 static void tcp_disconnect(struct pd_xport *base, uint32_t peer)
 {
 	struct tcp_x *x = of(base);
@@ -230,6 +235,7 @@ const struct pd_xport_ops pd_xport_tcp_ops = {
 	.name = "tcp", .id = PD_XPORT_TCP, .flags = 0,
 	.create = tcp_create, .destroy = tcp_destroy, .offer = tcp_offer,
 	.connect = tcp_connect, .disconnect = tcp_disconnect, .ready = tcp_ready,
+	.fence = tcp_fence,
 	.post = tcp_post, .poll = tcp_poll, .event_fd = tcp_event_fd, .lanes = tcp_lanes,
 	.counters = tcp_counters,
 };
