@@ -354,11 +354,30 @@ static uint32_t admitted(const struct pd_broker *b, const struct pd_msg_hello *h
 	return mask;
 }
 
+/* A lane of a session that is no more (control thread, which alone
+ * changes sessions). */
+static int lane_stale(void *ctx, uint32_t lane)
+{
+	const struct pd_broker *b = ctx;
+	uint32_t peer = LANE_PEER(lane);
+
+	return peer >= MAX_TOKENS || (b->sess[peer] & GRANT_SESS_MASK) != LANE_SESS(lane);
+}
+
+/* A session ended: close the connections of every session that did. */
+static void fence_stale(struct pd_broker *b)
+{
+	for (uint32_t id = 0; id < PD_XPORT_MAX; id++)
+		if (b->xp[id] && b->xp[id]->ops->fence)
+			b->xp[id]->ops->fence(b->xp[id], lane_stale, b);
+}
+
 void pd_broker_xport_up(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h)
 {
 	struct peer_xport *x;
 	char r[PD_XPORT_WHY_MAX];
 
+	fence_stale(b); /* its last session's connections, if it restarted */
 	if (peer >= MAX_TOKENS) { /* beyond our per-peer tables: tcp, as always */
 		if (b->tx && h->recv_slots)
 			(void)try_xport(b, peer, h, PD_XPORT_TCP, r, sizeof(r));
@@ -378,6 +397,7 @@ void pd_broker_xport_down(struct pd_broker *b, uint32_t peer)
 	for (uint32_t id = 0; id < PD_XPORT_MAX; id++) /* posted writes complete */
 		if (b->xp[id])
 			b->xp[id]->ops->disconnect(b->xp[id], peer);
+	fence_stale(b); /* and what it sent us lands no more */
 	for (h = LIST_FIRST(&b->held); h; h = next) {
 		next = LIST_NEXT(h, link);
 		if (h->peer == peer) {
