@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "it_fixture.h"
+#include "it_raw.h"
 #include "pd_sys.h"
 #include "pd_tcp.h"
 
@@ -118,101 +119,29 @@ static void test_garbage_on_the_control_plane(void **state)
 }
 
 /* The data port the decode broker advertised (from its log). */
-static int data_port(const struct pd_test_broker *b)
-{
-	char line[512];
-	FILE *f = fopen(b->log, "r");
-	int port = -1;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		const char *p = strstr(line, ", data 127.0.0.1:");
-
-		if (p)
-			port = atoi(p + strlen(", data 127.0.0.1:"));
-	}
-	if (f)
-		(void)fclose(f);
-	return port;
-}
-
-static int raw_connect(int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(0x7f000001) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	return fd;
-}
-
-static void send_frame(int fd, uint16_t type, uint32_t slot, uint64_t tag, uint32_t len)
-{
-	struct pd_tcp_hdr h = { .magic = PD_TCP_MAGIC, .version = PD_TCP_WIRE_VERSION,
-				.type = type, .slot = slot, .len = len, .tag = tag };
-	uint8_t b[PD_TCP_HDR_SIZE], payload[4096];
-
-	pd_tcp_hdr_encode(&h, b);
-	memset(payload, 0xee, sizeof(payload));
-	(void)!write(fd, b, sizeof(b));
-	if (len)
-		(void)!write(fd, payload, len < sizeof(payload) ? len : sizeof(payload));
-}
-
-/* The broker closes the connection (reads reach EOF) within 3 s. */
-static void expect_closed(int fd)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	uint64_t deadline = pd_deadline_ms(3000);
-	char b[256];
-
-	while (pd_now_ns() < deadline) {
-		if (poll(&p, 1, 100) > 0 && read(fd, b, sizeof(b)) <= 0)
-			break;
-	}
-	assert_true(pd_now_ns() < deadline);
-	(void)close(fd);
-}
-
-static void *arena_copy(const struct pd_test_broker *b, size_t *len)
-{
-	struct pd_segment seg;
-	size_t n;
-	void *copy, *arena;
-
-	assert_int_equal(pd_segment_attach(b->name, PD_SEG_RDONLY, 1000, &seg, NULL, 0), 0);
-	arena = pd_segment_region(&seg, PD_REGION_RECV_ARENA, &n);
-	copy = malloc(n);
-	assert_non_null(copy);
-	memcpy(copy, arena, n);
-	pd_segment_destroy(&seg);
-	*len = n;
-	return copy;
-}
-
 /* A raw TCP client writing into slots it was not granted: refused, and
  * not one byte of the receive arena changes. */
 static void test_raw_writes_to_ungranted_slots(void **state)
 {
 	struct it *t = it_start(8, 16);
-	int port = data_port(&t->d), fd;
+	int port = it_data_port(&t->d), fd;
 	size_t n1, n2;
 	void *before, *after;
 
 	(void)state;
 	assert_true(port > 0);
-	before = arena_copy(&t->d, &n1);
-	fd = raw_connect(port);                          /* DATA without HELLO */
-	send_frame(fd, PD_TCP_T_DATA, 0, 0, 4096);
-	expect_closed(fd);
-	fd = raw_connect(port);                          /* a token nobody issued */
-	send_frame(fd, PD_TCP_T_HELLO, 0, 0x5eed, 0);
-	send_frame(fd, PD_TCP_T_DATA, 1, 0x5eed, 4096);
-	expect_closed(fd);
-	fd = raw_connect(port);                          /* not even a frame */
+	before = it_arena_copy(&t->d, &n1);
+	fd = it_raw_connect(port);                          /* DATA without HELLO */
+	it_raw_frame(fd, PD_TCP_T_DATA, 0, 0, 0, 4096);
+	it_expect_closed(fd);
+	fd = it_raw_connect(port);                          /* a token nobody issued */
+	it_raw_frame(fd, PD_TCP_T_HELLO, 0, 0, 0x5eed, 0);
+	it_raw_frame(fd, PD_TCP_T_DATA, 1, 0, 0x5eed, 4096);
+	it_expect_closed(fd);
+	fd = it_raw_connect(port);                          /* not even a frame */
 	(void)!write(fd, "GET / HTTP/1.0\r\nHost: pdkv\r\nUser-Agent: nobody-at-all\r\n\r\n", 58);
-	expect_closed(fd);
-	after = arena_copy(&t->d, &n2);
+	it_expect_closed(fd);
+	after = it_arena_copy(&t->d, &n2);
 	assert_int_equal(n1, n2);
 	assert_memory_equal(before, after, n1);
 	free(before);
@@ -318,19 +247,6 @@ struct flood {
 	pthread_t thr;
 };
 
-static int flood_connect(int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(0x7f000001) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		(void)close(fd);
-		fd = -1;
-	}
-	return fd;
-}
-
 static void *flood_main(void *arg)
 {
 	struct flood *f = arg;
@@ -345,7 +261,7 @@ static void *flood_main(void *arg)
 				f->fd[i] = -1;
 			}
 			if (f->fd[i] < 0)
-				f->fd[i] = flood_connect(f->port);
+				f->fd[i] = it_raw_try_connect(f->port);
 		}
 		(void)nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
 	}
@@ -368,10 +284,10 @@ static void test_idle_connection_flood(void **state)
 	assert_non_null(f);
 	assert_int_equal(pd_test_broker_start(&t->d, "itD", it_args(&t->dargs, 0, 16, &o, NULL, 0)),
 			 0);
-	f->port = data_port(&t->d);
+	f->port = it_data_port(&t->d);
 	assert_true(f->port > 0);
 	for (int i = 0; i < FLOOD_CONNS; i++)
-		f->fd[i] = flood_connect(f->port);
+		f->fd[i] = it_raw_try_connect(f->port);
 	assert_int_equal(pd_thread_start(&f->thr, flood_main, f), 0);
 	assert_true(it_wait_stat(&t->d, "tcp.conns_evicted", FLOOD_CONNS - 64) >= FLOOD_CONNS - 64);
 	assert_int_equal(pd_test_broker_start(&t->p, "itP", it_args(&pargs, 8, 0, &o, NULL, 1)), 0);
