@@ -40,21 +40,28 @@
 #define ERRMIN (-4095)
 #define KEYS   ((uint16_t)PD_WIRE_MAX_KEYS)
 
-FIELDS(hello_fields,
-	F_VAL("proto", PD_WF_U32, REQ, hello, proto, 1, UINT32_MAX, 0),
-	F_BYTES("name", REQ, hello, name, 1, PD_WIRE_NAME_MAX),
-	F_VAL("epoch", PD_WF_U64, REQ, hello, epoch, 0, 0, 0),
-	F_BYTES("host_id", REQ, hello, host_id, 1, PD_WIRE_NAME_MAX),
-	F_VAL("slot_size", PD_WF_U64, REQ, hello, slot_size, 1, 0, 0),
-	F_VAL("recv_slots", PD_WF_U32, REQ, hello, recv_slots, 0, UINT32_MAX, 0),
-	F_LIST("xports", PD_WF_NAMES, REQ, hello, xport, nxports, 1, PD_WIRE_MAX_XPORTS,
-	       1, PD_WIRE_NAME_MAX),
-	F_LIST("addrs", PD_WF_NAMES, REQ | PD_WF_SHARED, hello, addr, nxports, 1,
-	       PD_WIRE_MAX_XPORTS, 0, PD_WIRE_ADDR_MAX),
-	F_BYTES("rdma_gid", PD_WF_BIN, hello, rdma_gid, 0, 16),
-	F_VAL("rdma_qpn", PD_WF_U32, 0, hello, rdma_qpn, 0, 0xffffff, 0),
-	F_VAL("rdma_rkey", PD_WF_U32, 0, hello, rdma_rkey, 0, UINT32_MAX, 0),
-	F_VAL("rdma_base", PD_WF_U64, 0, hello, rdma_base, 0, 0, 0));
+/* Hello and HelloAck share these; each adds one field of its own. */
+#define HELLO_COMMON \
+	F_VAL("proto", PD_WF_U32, REQ, hello, proto, 1, UINT32_MAX, 0), \
+	F_BYTES("name", REQ, hello, name, 1, PD_WIRE_NAME_MAX), \
+	F_VAL("epoch", PD_WF_U64, REQ, hello, epoch, 0, 0, 0), \
+	F_BYTES("host_id", REQ, hello, host_id, 1, PD_WIRE_NAME_MAX), \
+	F_VAL("slot_size", PD_WF_U64, REQ, hello, slot_size, 1, 0, 0), \
+	F_VAL("recv_slots", PD_WF_U32, REQ, hello, recv_slots, 0, UINT32_MAX, 0), \
+	F_LIST("xports", PD_WF_NAMES, REQ, hello, xport, nxports, 1, PD_WIRE_MAX_XPORTS, \
+	       1, PD_WIRE_NAME_MAX), \
+	F_LIST("addrs", PD_WF_NAMES, REQ | PD_WF_SHARED, hello, addr, nxports, 1, \
+	       PD_WIRE_MAX_XPORTS, 0, PD_WIRE_ADDR_MAX), \
+	F_BYTES("rdma_gid", PD_WF_BIN, hello, rdma_gid, 0, 16), \
+	F_VAL("rdma_qpn", PD_WF_U32, 0, hello, rdma_qpn, 0, 0xffffff, 0), \
+	F_VAL("rdma_rkey", PD_WF_U32, 0, hello, rdma_rkey, 0, UINT32_MAX, 0), \
+	F_VAL("rdma_base", PD_WF_U64, 0, hello, rdma_base, 0, 0, 0)
+
+FIELDS(hello_fields, HELLO_COMMON,
+	F_VAL("resume", PD_WF_U64, 0, hello, resume, 0, 0, 0));
+
+FIELDS(hello_ack_fields, HELLO_COMMON,
+	F_VAL("data_secret", PD_WF_U64, 0, hello, data_secret, 0, 0, 0));
 
 FIELDS(alloc_req_fields,
 	F_LIST("keys", PD_WF_KEYS, REQ, alloc_req, keys, nkeys, 0, KEYS, 1, PD_KEY_MAX),
@@ -156,7 +163,7 @@ static const char *check_proxy(const struct pd_msg *m)
 /* Indexed by PD_MSG_* - 1. */
 static const struct pd_wire_spec specs[] = {
 	SPEC("Hello", PD_MSG_HELLO, hello_fields, check_hello),
-	SPEC("HelloAck", PD_MSG_HELLO_ACK, hello_fields, check_hello),
+	SPEC("HelloAck", PD_MSG_HELLO_ACK, hello_ack_fields, check_hello),
 	SPEC("AllocRequest", PD_MSG_ALLOC_REQ, alloc_req_fields, check_alloc_req),
 	SPEC("AllocResponse", PD_MSG_ALLOC_RESP, alloc_resp_fields, NULL),
 	SPEC("PutDone", PD_MSG_PUT_DONE, put_done_fields, NULL),

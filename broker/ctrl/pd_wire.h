@@ -30,7 +30,9 @@
  *                    host_id (1..NAME_MAX), slot_size (>= 1), recv_slots,
  *                    xports (1..MAX_XPORTS names), addrs (one per xport,
  *                    0..ADDR_MAX); o rdma_gid (bin, 0 or 16 bytes),
- *                    rdma_qpn (24 bits), rdma_rkey, rdma_base [0]
+ *                    rdma_qpn (24 bits), rdma_rkey, rdma_base [0];
+ *                    o Hello only: resume [0]; HelloAck only: data_secret [0]
+ *                    (u64 each; the other message's is unknown, so ignored)
  *   AllocRequest     R keys (0..MAX_KEYS, each 1..PD_KEY_MAX); L fmt, shape,
  *                    dtype, last_chunk_toks; R req_id (0..PD_REQ_ID_MAX),
  *                    is_last_batch, total_chunks; o seq (has_seq),
@@ -106,6 +108,13 @@ struct pd_msg_hello {
 	uint32_t rdma_qpn;
 	uint32_t rdma_rkey;
 	uint64_t rdma_base;
+	/* Trust (0: absent). In a HelloAck only: the random secret the data
+	 * connections of the broker that said Hello present to us this
+	 * session. In a Hello only: the secret of our last session with the
+	 * broker we say it to, proving that a new DEALER is the same broker
+	 * (a same-epoch reset; see pd_ctrl.h). */
+	uint64_t data_secret;
+	uint64_t resume;
 };
 
 /* AllocRequest. LMCache's fmt, shape, dtype and last_chunk_toks are
