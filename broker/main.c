@@ -10,8 +10,23 @@
 #include <pdkv/version.h>
 
 #include "pd_broker.h"
+#include "pd_ctrl.h"
 #include "pd_err.h"
 #include "pd_log.h"
+
+/* --keygen FILE: a new key pair there; its public key on stdout. */
+static int keygen(const char *path)
+{
+	char pub[41], err[512] = "";
+	int rc = pd_ctrl_keygen(path, pub, err, sizeof(err));
+
+	if (rc < 0) {
+		(void)fprintf(stderr, "pdbroker: %s\n", err[0] ? err : pd_strerror(rc));
+		return 1;
+	}
+	(void)printf("%s\n", pub);
+	return 0;
+}
 
 static int configure(struct pd_config *cfg, int argc, char **argv)
 {
@@ -31,6 +46,8 @@ static int configure(struct pd_config *cfg, int argc, char **argv)
 			     PD_SHM_ABI_MINOR);
 		return 0;
 	}
+	if (cfg->keygen[0])
+		return keygen(cfg->keygen);
 	if (pd_config_validate(cfg, err, sizeof(err)) < 0) {
 		(void)fprintf(stderr, "pdbroker: %s\n", err);
 		return 2;

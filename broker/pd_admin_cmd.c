@@ -236,7 +236,7 @@ static const char *peer_state(uint32_t s)
 static void pack_peer(msgpack_packer *pk, const struct pd_stat_peer *p, uint64_t now_rt,
 		      uint64_t live)
 {
-	(void)msgpack_pack_map(pk, 9);
+	(void)msgpack_pack_map(pk, 11);
 	kv_str(pk, "name", p->name, strlen(p->name));
 	kv_str(pk, "ctrl", p->ctrl, strlen(p->ctrl));
 	kv_str(pk, "state", peer_state(p->state), strlen(peer_state(p->state)));
@@ -246,6 +246,8 @@ static void pack_peer(msgpack_packer *pk, const struct pd_stat_peer *p, uint64_t
 	kv_u64(pk, "lanes", p->lanes);
 	kv_u64(pk, "last_seen_ms", p->last_seen_ns ? age_ms(now_rt, p->last_seen_ns) : 0);
 	kv_u64(pk, "requests", live);
+	kv_str(pk, "auth", p->auth, strlen(p->auth));
+	kv_str(pk, "error", p->error, strlen(p->error));
 }
 
 static void count_tx(void *ctx, const struct pd_tx_info *i)

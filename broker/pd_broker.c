@@ -184,7 +184,10 @@ static int make_ctrl(struct pd_broker *b, char *err, size_t errlen)
 				  .bind = b->cfg.ctrl, .proxy = b->cfg.proxy,
 				  .name = b->cfg.name, .host_id = b->host_id, .epoch = b->epoch,
 				  .slot_size = b->cfg.slot_size, .recv_slots = b->cfg.recv_slots,
-				  .heartbeat_ns = b->cfg.heartbeat_ns };
+				  .heartbeat_ns = b->cfg.heartbeat_ns,
+				  /* trust: ids fit the per-peer tables, down peers forgotten */
+				  .max_peers = MAX_TOKENS - 1, .evict_ns = b->cfg.peer_grace_ns,
+				  .keys = b->keys };
 	int rc;
 
 	o.nxports = pd_broker_hello_xports(b, o.xport, o.addr);
@@ -261,6 +264,8 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	if (rc == 0)
 		rc = pick_transport(b);
 	if (rc == 0)
+		rc = pd_broker_keys_load(b, err, errlen); /* a bad key file: before anything */
+	if (rc == 0)
 		rc = resolve_group(b, err, errlen);
 	if (rc == 0)
 		rc = make_rundir(b, err, errlen);
@@ -305,6 +310,7 @@ void pd_broker_destroy(struct pd_broker *b)
 	pd_admin_destroy(b->admin);
 	pd_ctrl_goodbye(b->ctrl);
 	pd_ctrl_destroy(b->ctrl);
+	pd_ctrl_keys_free(b->keys); /* lent to the ctrl: after it */
 	pd_broker_xport_fini(b); /* threads joined, QPs gone: nothing lands, nothing is read */
 	pd_tx_destroy(b->tx);
 	pd_rx_destroy(b->rx);

@@ -120,7 +120,9 @@ struct pd_broker {
 				       * and down); tok_lock */
 	_Atomic uint64_t refused_writes; /* writes and PutDone slots not granted as they say */
 	pthread_mutex_t tok_lock;
-	uint64_t token[MAX_TOKENS];   /* per peer id: the token its lanes present */
+	uint64_t token[MAX_TOKENS];   /* per peer id: the secret its lanes present to us */
+	uint64_t present[MAX_TOKENS]; /* per peer id: the secret ours present to it (issue 12;
+				       * control thread) */
 	/* Per peer id: a bit per transport whose connection of it we accepted
 	 * (token checked) this session and whose writes land unseen (rdma):
 	 * its PutDones may commit slots no write we saw landed in. */
@@ -159,6 +161,10 @@ struct pd_broker {
 	int32_t *sc_idx;              /* PD_WIRE_MAX_KEYS: a PutDone's indexes, vetted */
 	struct { uint32_t peer; int32_t err; uint64_t seq; } refused[MAX_REFUSED];
 	uint32_t nrefused;
+	/* Trust (pd_broker_trust.c; control thread) */
+	struct pd_ctrl_keys *keys;    /* --curve-key, --curve-peers; NULL: unauthenticated */
+	uint64_t busy_ns;             /* when busy[] was counted */
+	uint8_t busy[MAX_TOKENS];     /* per peer id: requests still refer to it */
 };
 
 /* pd_broker_agents.c */
@@ -173,8 +179,16 @@ extern const struct pd_rx_ops pd_broker_rx_ops;
 extern const struct pd_ctrl_ops pd_broker_ctrl_ops;
 extern const struct pd_xport_up pd_broker_up_ops;
 int pd_broker_peer_of(struct pd_broker *b, const uint8_t *ep, uint32_t len, uint32_t *peer);
-/* The token our data connections present (both sides derive it from our Hello). */
-uint64_t pd_broker_data_token(const struct pd_broker *b);
+
+/* pd_broker_trust.c: the control plane's trust, as the broker sees it: the
+ * sessions' data secrets, peers forgotten, CURVE keys. */
+void pd_broker_on_secrets(void *ctx, uint32_t peer, const struct pd_ctrl_secrets *s);
+int pd_broker_peer_busy(void *ctx, uint32_t peer);
+void pd_broker_peer_evicted(void *ctx, uint32_t peer);
+/* The secret our data connections present to peer (its HelloAck's). */
+uint64_t pd_broker_present_token(const struct pd_broker *b, uint32_t peer);
+/* --curve-key/--curve-peers loaded into b->keys (none given: NULL). */
+int pd_broker_keys_load(struct pd_broker *b, char *err, size_t errlen);
 void pd_broker_wbatches_free(struct pd_broker *b);
 void pd_broker_fail_unreachable(struct pd_broker *b);
 int pd_broker_scratch_alloc(struct pd_broker *b);

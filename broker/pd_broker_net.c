@@ -392,24 +392,17 @@ static void on_msg(void *ctx, uint32_t peer, const struct pd_msg *m)
 	}
 }
 
-/* Data-plane token of a broker: both sides derive it from its Hello. */
-static uint64_t token_of(const uint8_t *name, uint32_t len, uint64_t epoch)
-{
-	return pd_req_tag(name, len) ^ (epoch * 0x9e3779b97f4a7c15ull) ^ 1;
-}
-
-uint64_t pd_broker_data_token(const struct pd_broker *b)
-{
-	return token_of((const uint8_t *)b->cfg.name, (uint32_t)strlen(b->cfg.name), b->epoch);
-}
-
-static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
+/* The session's data secrets (random, from the HelloAcks: pd_broker_trust.c):
+ * what its lanes present to us, what ours present to it. */
+static void on_peer_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h,
+		       const struct pd_ctrl_secrets *s)
 {
 	struct pd_broker *b = ctx;
 
 	if (peer < MAX_TOKENS) {
 		(void)pthread_mutex_lock(&b->tok_lock);
-		b->token[peer] = token_of(h->name.p, h->name.len, h->epoch);
+		b->token[peer] = s->accept;
+		b->present[peer] = s->present;
 		b->sess[peer]++; /* connections of an older session stop counting */
 		atomic_store(&b->unseen_in[peer], 0); /* a new session: its QPs are yet to come */
 		(void)pthread_mutex_unlock(&b->tok_lock);
@@ -440,6 +433,8 @@ static void on_peer_down(void *ctx, uint32_t peer, int err)
 
 const struct pd_ctrl_ops pd_broker_ctrl_ops = {
 	.on_msg = on_msg, .on_peer_up = on_peer_up, .on_peer_down = on_peer_down,
+	.on_peer_secrets = pd_broker_on_secrets, .peer_busy = pd_broker_peer_busy,
+	.on_peer_evicted = pd_broker_peer_evicted,
 };
 
 /* ---- data plane callbacks (data threads) ------------------------------------------------- */

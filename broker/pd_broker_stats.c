@@ -64,7 +64,11 @@ static const struct field ctrl_fields[] = {
 	F(pd_ctrl_stats, errors_sent, C), F(pd_ctrl_stats, hellos_sent, C),
 	F(pd_ctrl_stats, heartbeats_sent, C), F(pd_ctrl_stats, heartbeats_rcvd, C),
 	F(pd_ctrl_stats, peers_up, C), F(pd_ctrl_stats, peers_down, C),
-	F(pd_ctrl_stats, aliases, C),
+	F(pd_ctrl_stats, aliases, C), F(pd_ctrl_stats, hellos_refused, C),
+	F(pd_ctrl_stats, refusals, C), F(pd_ctrl_stats, evicted, C),
+	F(pd_ctrl_stats, auth_ok, C), F(pd_ctrl_stats, auth_denied, C),
+	F(pd_ctrl_stats, auth_plain, C), F(pd_ctrl_stats, auth_failed, C),
+	F(pd_ctrl_stats, auth_name, C),
 };
 
 static const struct field pool_fields[] = {
@@ -211,6 +215,7 @@ static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now
 	i->waiting = a ? a->nwaiting : 0;
 	i->oldest_wait_ns = oldest ? oldest->since_ns : 0;
 	i->now_mono_ns = now;
+	pd_ctrl_keys_describe(b->keys, i->ctrl_auth, sizeof(i->ctrl_auth));
 }
 
 static void put_peer(struct pd_stat_peer *d, const struct pd_broker *b, uint32_t id,
@@ -225,6 +230,11 @@ static void put_peer(struct pd_stat_peer *d, const struct pd_broker *b, uint32_t
 	(void)snprintf(d->ctrl, sizeof(d->ctrl), "%s", pi->endpoint ? pi->endpoint : "");
 	pd_broker_xport_describe(b, id, d->transport, sizeof(d->transport), d->why, sizeof(d->why));
 	d->state = pi->state;
+	if (pi->authenticated)
+		(void)snprintf(d->auth, sizeof(d->auth), "curve %s", pi->key_id);
+	else
+		(void)snprintf(d->auth, sizeof(d->auth), "none");
+	(void)snprintf(d->error, sizeof(d->error), "%s", pi->refusal ? pi->refusal : "");
 	d->lanes = pd_broker_xport_lanes(b, id);
 	d->epoch = pi->epoch;
 	d->last_seen_ns = pi->last_rx_ns && now > pi->last_rx_ns ?

@@ -254,7 +254,6 @@ static void peer_of(const struct pd_broker *b, const struct pd_msg_hello *h, uin
 	s->p.recv_slots = h->recv_slots;
 	s->p.rdma_rkey = h->rdma_rkey;
 	s->p.rdma_base = h->rdma_base;
-	s->p.token = pd_broker_data_token(b);
 }
 
 static int try_xport(struct pd_broker *b, uint32_t peer, const struct pd_msg_hello *h,
@@ -268,6 +267,7 @@ static int try_xport(struct pd_broker *b, uint32_t peer, const struct pd_msg_hel
 		return -ENODEV;
 	}
 	peer_of(b, h, id, &s);
+	s.p.token = pd_broker_present_token(b, peer); /* its HelloAck's secret */
 	return x->ops->connect(x, peer, &s.p, r, rlen);
 }
 

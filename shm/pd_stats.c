@@ -115,6 +115,7 @@ void pd_stats_sanitize(struct pd_stats *c)
 	c->info.ctrl[sizeof(c->info.ctrl) - 1] = 0;
 	c->info.data[sizeof(c->info.data) - 1] = 0;
 	c->info.transport[sizeof(c->info.transport) - 1] = 0;
+	c->info.ctrl_auth[sizeof(c->info.ctrl_auth) - 1] = 0;
 	for (uint32_t i = 0; i < PD_STATS_MAX_HIST; i++)
 		c->hist[i].name[PD_STATS_NAME_MAX] = 0;
 	for (uint32_t i = 0; i < PD_STATS_MAX_VALUES; i++)
@@ -126,6 +127,8 @@ void pd_stats_sanitize(struct pd_stats *c)
 		p->ctrl[sizeof(p->ctrl) - 1] = 0;
 		p->transport[sizeof(p->transport) - 1] = 0;
 		p->why[sizeof(p->why) - 1] = 0;
+		p->auth[sizeof(p->auth) - 1] = 0;
+		p->error[sizeof(p->error) - 1] = 0;
 	}
 }
 

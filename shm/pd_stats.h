@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define PD_STATS_MAGIC      0x54415453u /* "STAT" */
-#define PD_STATS_VERSION    1u
+#define PD_STATS_VERSION    2u         /* 2: peers' auth and refusal, ctrl_auth */
 #define PD_STATS_NAME_MAX   47u         /* + NUL */
 #define PD_STATS_MAX_VALUES 224u
 #define PD_STATS_MAX_PEERS  64u
@@ -71,6 +71,8 @@ struct pd_stat_peer {
 	uint64_t bytes_tx, bytes_rx;
 	uint64_t chunks_tx, chunks_rx;
 	uint64_t requests_live;        /* this broker's live requests with that peer */
+	char auth[32];                 /* "curve <key id>" when its key is proven, else "none" */
+	char error[96];                /* why it refused our Hello ("" none) */
 };
 
 /* Broker-wide facts that are not counters. */
@@ -93,6 +95,7 @@ struct pd_stat_info {
 	uint32_t _pad2;
 	uint64_t oldest_wait_ns;       /* CLOCK_MONOTONIC start of the oldest wait, 0: none */
 	uint64_t now_mono_ns;          /* CLOCK_MONOTONIC at publish (to age oldest_wait_ns) */
+	char ctrl_auth[64];            /* "unauthenticated", or "curve, key <id>, <n> peer keys" */
 };
 
 struct pd_stats {

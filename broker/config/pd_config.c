@@ -96,6 +96,15 @@ static const struct pd_cfg_def pd_cfg[] = {
 	  .help = "none, err, warn, info or debug" },
 	{ .name = "log-file", .type = PD_CFG_T_PATH, FIELD(log_file), .def = "", .arg = "FILE",
 	  .help = "log to FILE instead of stderr" },
+	{ .name = "curve-key", .type = PD_CFG_T_PATH, FIELD(curve_key), .def = "", .arg = "FILE",
+	  .help = "CURVE key pair of this broker (--keygen); needs --curve-peers" },
+	{ .name = "curve-peers", .type = PD_CFG_T_PATH, FIELD(curve_peers), .def = "",
+	  .arg = "FILE", .help = "keys admitted: 'NAME KEY [CTRL-ENDPOINT...]' lines" },
+	{ .name = "peer-grace", .type = PD_CFG_T_SECONDS, FIELD(peer_grace_ns), .min = MS,
+	  .max = 86400 * SEC, .def = "60s", .arg = "SEC",
+	  .help = "forget a peer down this long (at once if the table is full)" },
+	{ .name = "keygen", .type = PD_CFG_T_PATH, .flags = PD_CFG_F_CLI, FIELD(keygen),
+	  .arg = "FILE", .help = "write a new CURVE key pair to FILE (0600), print its public key" },
 	{ .name = "help", .type = PD_CFG_T_BOOL, .flags = PD_CFG_F_CLI, FIELD(show_help),
 	  .help = "print this help and exit" },
 	{ .name = "version", .type = PD_CFG_T_BOOL, .flags = PD_CFG_F_CLI, FIELD(show_version),
@@ -279,6 +288,10 @@ int pd_config_validate(const struct pd_config *cfg, char *err, size_t errlen)
 	}
 	if ((uint64_t)cfg->send_slots + cfg->recv_slots == 0)
 		return pd_cfg_fail(err, errlen, "--send-slots, --recv-slots: both are 0");
+	if (!cfg->curve_key[0] != !cfg->curve_peers[0])
+		return pd_cfg_fail(err, errlen, cfg->curve_key[0] ?
+				   "--curve-key: needs --curve-peers (the keys it admits)" :
+				   "--curve-peers: needs --curve-key (this broker's own pair)");
 	extra = cfg->require.mask & ~cfg->transport.mask;
 	if (extra)
 		return pd_cfg_fail(err, errlen, "--require: %s is not in --transport",

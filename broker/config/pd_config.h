@@ -55,6 +55,10 @@ struct pd_config {
 	char group[PD_CFG_NAME_MAX];      /* --group: "" = the broker's own */
 	char log_file[PD_CFG_PATH_MAX];   /* --log-file: "" = stderr */
 	char rdma_dev[PD_CFG_NAME_MAX];   /* --rdma-dev: "" = the device of the --data host */
+	char curve_key[PD_CFG_PATH_MAX];  /* --curve-key: this broker's key pair, "" = none */
+	char curve_peers[PD_CFG_PATH_MAX]; /* --curve-peers: keys admitted, "" = none */
+	char keygen[PD_CFG_PATH_MAX];     /* --keygen FILE (command line only) */
+	uint64_t peer_grace_ns;           /* --peer-grace: a down peer is forgotten after it */
 	uint64_t slot_size;               /* bytes, multiple of 4 KiB */
 	uint64_t admission_timeout_ns;
 	uint64_t recv_ttl_ns;

@@ -148,7 +148,8 @@ static struct pd_ctrl *alloc_ctrl(const struct pd_ctrl_opts *o)
 	c->o.max_peers = o->max_peers ? o->max_peers : DEF_MAX_PEERS;
 	c->o.queue_max = o->queue_max ? o->queue_max : DEF_QUEUE_MAX;
 	c->o.sndhwm = o->sndhwm ? o->sndhwm : DEF_SNDHWM;
-	c->router_fd = c->kick_fd = -1;
+	c->router_fd = c->kick_fd = c->zap_fd = c->rmon_fd = -1;
+	c->keys = o->keys;
 	(void)strlcpy(c->name, o->name, sizeof(c->name));
 	if (o->host_id)
 		(void)strlcpy(c->host_id, o->host_id, sizeof(c->host_id));
@@ -167,7 +168,9 @@ static int open_ctx(struct pd_ctrl *c)
 	if (!c->zctx)
 		return pd_zmq_rc(-1);
 	(void)zmq_ctx_set(c->zctx, ZMQ_BLOCKY, 0);  /* zmq_ctx_term never waits */
-	return pd_zmq_rc(zmq_ctx_set(c->zctx, ZMQ_MAX_SOCKETS, (int)c->o.max_peers + 16));
+	/* CURVE: each DEALER also has a monitor (two sockets: libzmq's and ours) */
+	return pd_zmq_rc(zmq_ctx_set(c->zctx, ZMQ_MAX_SOCKETS,
+				     (int)c->o.max_peers * (c->keys ? 3 : 1) + 16));
 }
 
 static int open_router(struct pd_ctrl *c)
@@ -183,6 +186,8 @@ static int open_router(struct pd_ctrl *c)
 		rc = pd_zmq_rc(zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one)));
 	if (rc == 0)  /* a DEALER reconnecting with its routing id takes its route over */
 		rc = pd_zmq_rc(zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &one, sizeof(one)));
+	if (rc == 0)  /* CURVE server and its monitor, before any connection comes */
+		rc = pd_ctrl_auth_server(c, c->router);
 	if (rc == 0)
 		rc = pd_zmq_rc(zmq_bind(c->router, c->o.bind));
 	if (rc == 0)
@@ -215,6 +220,19 @@ static int open_kick(struct pd_ctrl *c)
 	return pd_loop_add(c->o.loop, c->kick_fd, EPOLLIN, pd_ctrl_on_kick, c);
 }
 
+/* Say whether anyone who reaches the endpoint can speak as any broker. */
+static void log_start(const struct pd_ctrl *c)
+{
+	char auth[96];
+
+	pd_ctrl_keys_describe(c->keys, auth, sizeof(auth));
+	PD_LOG(INFO, ctl, "control plane of %s on %s (advertised %s): %s", c->name, c->endpoint,
+	       c->advertise, auth);
+	if (!c->keys)
+		PD_LOG(WARN, ctl, "control plane: unauthenticated (no --curve-key): whoever reaches "
+		       "%s can speak as any broker; for a trusted network only", c->endpoint);
+}
+
 int pd_ctrl_create(const struct pd_ctrl_opts *o, struct pd_ctrl **out)
 {
 	struct pd_ctrl *c;
@@ -231,33 +249,38 @@ int pd_ctrl_create(const struct pd_ctrl_opts *o, struct pd_ctrl **out)
 	rc = open_ctx(c);
 	if (rc < 0)
 		goto out_term_ctx;
+	rc = open_kick(c);  /* first: what comes next may kick */
+	if (rc < 0)
+		goto out_close_kick;
+	rc = pd_ctrl_auth_open(c);  /* the ZAP handler before the ROUTER it answers for */
+	if (rc < 0)
+		goto out_close_router;
 	rc = open_router(c);
 	if (rc < 0)
 		goto out_close_router;
 	rc = open_push(c);
 	if (rc < 0)
 		goto out_close_push;
-	rc = open_kick(c);
-	if (rc < 0)
-		goto out_close_kick;
 	advertise(c, o->advertise);
 	build_hello(c, o);
-	PD_LOG(INFO, ctl, "control plane of %s on %s (advertised %s)", c->name, c->endpoint,
-	       c->advertise);
+	log_start(c);
 	*out = c;
 	return 0;
 
-out_close_kick:
-	if (c->kick_fd >= 0)
-		(void)close(c->kick_fd);
 out_close_push:
 	if (c->push)
 		(void)zmq_close(c->push);
 out_close_router:
+	pd_ctrl_auth_close(c);
 	if (c->router_fd >= 0)
 		pd_loop_del(c->o.loop, c->router_fd);
 	if (c->router)
 		(void)zmq_close(c->router);
+out_close_kick:
+	if (c->kick_fd >= 0) {
+		pd_loop_del(c->o.loop, c->kick_fd);
+		(void)close(c->kick_fd);
+	}
 out_term_ctx:
 	if (c->zctx)
 		(void)zmq_ctx_term(c->zctx);
@@ -282,6 +305,7 @@ void pd_ctrl_destroy(struct pd_ctrl *c)
 	(void)close(c->kick_fd);
 	if (c->push)
 		(void)zmq_close(c->push);
+	pd_ctrl_auth_close(c);
 	pd_loop_del(c->o.loop, c->router_fd);
 	(void)zmq_close(c->router);
 	(void)zmq_ctx_term(c->zctx);  /* LINGER 0, or PD_CTRL_BYE_LINGER_MS after a goodbye */
@@ -316,15 +340,15 @@ int pd_ctrl_peer(struct pd_ctrl *c, const char *endpoint, uint32_t *peer)
 		return 0;
 	}
 	rc = pd_ctrl_peer_new(c, &p);
+	if (rc == -ENOBUFS && pd_ctrl_evict_one(c))
+		rc = pd_ctrl_peer_new(c, &p);
 	if (rc < 0)
 		return rc;
 	(void)strlcpy(p->dialled, endpoint, sizeof(p->dialled));
 	c->now_ns = pd_now_ns();
 	rc = pd_ctrl_dealer_open(c, p, endpoint);
-	if (rc < 0) {  /* the newest entry: take it back, its id was never seen */
-		c->peers[--c->npeers] = NULL;
-		c->st.peers--;
-		pd_ctrl_peer_free(p);
+	if (rc < 0) {  /* take the entry back, its id was never seen */
+		pd_ctrl_peer_unnew(c, p);
 		return rc;
 	}
 	*peer = p->id;
@@ -398,13 +422,18 @@ int pd_ctrl_peer_info(const struct pd_ctrl *c, uint32_t peer, struct pd_ctrl_pee
 		return -EINVAL;
 	p = pd_ctrl_peer_canon(c, peer);
 	if (!p)
-		return -ENOENT;
+		return pd_ctrl_peer_slot(c, peer) ? -ESRCH : -ENOENT;
 	info->id = p->id;
 	info->state = p->state;
 	info->epoch = p->epoch;
 	info->hello = p->has_hello ? &p->hello.view : NULL;
 	info->endpoint = p->dialled[0] ? p->dialled : p->advertised;
 	info->last_rx_ns = p->last_rx_ns;
+	info->authenticated = p->has_key;
+	info->key_id[0] = '\0';
+	if (p->has_key)
+		pd_ctrl_key_id(p->key, info->key_id);
+	info->refusal = p->refusal;
 	return 0;
 }
 

@@ -52,6 +52,38 @@
  * message, no session, wrong direction) is counted by cause, logged rate
  * limited, answered with an Error when a reply path exists (never an Error
  * with an Error), and never stops the loop.
+ *
+ * Trust (docs/design.md, "Trust"):
+ *  - Data secrets. Each Hello we answer gets a random 64-bit secret in its
+ *    HelloAck ("data_secret"): the data connections of the broker that
+ *    said Hello present it to us. One secret per session of a peer: a
+ *    second handshake of the same session (its other route) hands out the
+ *    one the session has. on_peer_up, and on_peer_secrets when they
+ *    change later, report what to accept from the peer
+ *    (our HelloAck's secret, else its HelloAck's) and what to present to it
+ *    (its HelloAck's, else ours). A session that ends forgets both.
+ *  - Authority. A Hello naming a broker whose session is up resets that
+ *    session only if it proves to be that broker: with CURVE, the same key
+ *    and an epoch not older; without, a newer epoch, or (same epoch, a new
+ *    DEALER of the same process) the session's secret in "resume". A Hello
+ *    on a route the session does not have yet (the peer dials us back)
+ *    joins it. Anything else is refused (Error -EPERM or -ESTALE, counted
+ *    in hellos_refused) and the live session is untouched.
+ *  - CURVE (opts.keys): the ROUTER is a CURVE server whose ZAP handler (on
+ *    this thread) admits only the keys of --curve-peers, each bound to one
+ *    broker name; a Hello must use the name of its connection's key, and
+ *    every later message on that route must come from the same key. A
+ *    DEALER is a CURVE client: the server key of an endpoint is the one
+ *    --curve-peers lists for it, else that of the authenticated peer that
+ *    advertises the endpoint, else that of the broker last known there;
+ *    none known: pd_ctrl_peer() is -ENOKEY. The HelloAck must name the
+ *    broker that key is bound to.
+ *  - Eviction. A peer down for opts.evict_ns (at once when the table is
+ *    full), and for which ops->peer_busy says the broker holds nothing, is
+ *    forgotten (ops->on_peer_evicted) and its id may be reused. A Hello
+ *    refused for a full table gets Error -ENOBUFS "peer table full"; a
+ *    dialling broker logs the refusal of its Hello, keeps its text for
+ *    pd_ctrl_peer_info() and takes the peer down with its code.
  */
 #include <stdint.h>
 
@@ -63,18 +95,41 @@ struct pd_ctrl;
 #define PD_CTRL_ENDPOINT_MAX 256u   /* incl. NUL */
 #define PD_CTRL_MAX_XPORTS   (PD_WIRE_MAX_XPORTS - 1u) /* one is "ctrl" */
 #define PD_CTRL_XPORT_CTRL   "ctrl" /* Hello transport naming the control endpoint */
+#define PD_CTRL_KEY_ID_LEN   8u     /* Z85 characters of a public key shown as its id */
+#define PD_CTRL_REFUSAL_MAX  96u    /* a peer's refusal of our Hello, NUL included */
+
+struct pd_ctrl_keys;
+
+/* A peer session's data-plane secrets (0: none yet). */
+struct pd_ctrl_secrets {
+	uint64_t accept;               /* its data connections present this to us */
+	uint64_t present;              /* ours present this to it */
+};
 
 struct pd_ctrl_ops {
 	/* A message for the broker: AllocRequest, AllocResponse, PutDone,
 	 * CancelNotif or Error; m and its arrays are valid during the call. */
 	void (*on_msg)(void *ctx, uint32_t peer, const struct pd_msg *m);
-	/* The peer completed a handshake; h (its Hello) is valid during the call. */
-	void (*on_peer_up)(void *ctx, uint32_t peer, const struct pd_msg_hello *h);
+	/* The peer completed a handshake; h (its Hello) and s (its session's
+	 * data secrets) are valid during the call. A receiver learns the peer
+	 * (and what its connections present) here, before its HelloAck leaves. */
+	void (*on_peer_up)(void *ctx, uint32_t peer, const struct pd_msg_hello *h,
+			   const struct pd_ctrl_secrets *s);
 	/* The peer is down: -ETIMEDOUT or -ECONNRESET. Also for a peer whose
 	 * first handshake timed out (messages queued to it were dropped). */
 	void (*on_peer_down)(void *ctx, uint32_t peer, int err);
 	/* Optional (may be NULL): id alias now names the same broker as peer. */
 	void (*on_peer_alias)(void *ctx, uint32_t alias, uint32_t peer);
+	/* Optional: peer's session secrets changed while it is up (the
+	 * handshake of its other route); s valid during the call. They end
+	 * with the session (on_peer_down). */
+	void (*on_peer_secrets)(void *ctx, uint32_t peer, const struct pd_ctrl_secrets *s);
+	/* Optional: non-zero while the broker still refers to the down peer
+	 * (requests, lanes, per-peer tables): it is not evicted. NULL: never. */
+	int (*peer_busy)(void *ctx, uint32_t peer);
+	/* Optional: peer's id was evicted (it and its aliases, one call each):
+	 * from now on it may name another broker. */
+	void (*on_peer_evicted)(void *ctx, uint32_t peer);
 };
 
 struct pd_ctrl_opts {
@@ -100,6 +155,11 @@ struct pd_ctrl_opts {
 	uint32_t max_peers;            /* 0: 1024 */
 	uint32_t queue_max;            /* messages held per peer before its HelloAck; 0: 1024 */
 	uint32_t sndhwm;               /* ZMQ_SNDHWM/RCVHWM per socket; 0: 1000 */
+	uint64_t evict_ns;             /* a down peer is forgotten after this; 0: never
+					* (when the table is full: at once) */
+	const struct pd_ctrl_keys *keys; /* CURVE (pd_ctrl_keys_load()); NULL: none, the
+					  * control plane is unauthenticated. Borrowed:
+					  * outlives the ctrl */
 };
 
 struct pd_ctrl_stats {
@@ -119,6 +179,17 @@ struct pd_ctrl_stats {
 	uint64_t hellos_sent, heartbeats_sent, heartbeats_rcvd;
 	uint64_t peers_up, peers_down; /* transitions */
 	uint64_t aliases;              /* ids merged into an older one */
+	uint64_t hellos_refused;       /* Hellos we refused (table full, name held by a
+					* live session, older epoch, key of another name) */
+	uint64_t refusals;             /* our Hellos a peer refused with an Error */
+	uint64_t evicted;              /* down peers forgotten (ids free again) */
+	uint64_t auth_ok;              /* CURVE: connections whose key ZAP admitted */
+	uint64_t auth_denied;          /* CURVE: a key not in --curve-peers (ZAP) */
+	uint64_t auth_plain;           /* CURVE: a connection without CURVE */
+	uint64_t auth_failed;          /* CURVE: other failed handshakes (wrong server key,
+					* a peer refused our key, garbage) */
+	uint64_t auth_name;            /* CURVE: an allowed key used with another name,
+					* or a message from a route's other key */
 	uint32_t peers;                /* gauge: ids that are not aliases */
 	uint32_t peers_live;           /* gauge: peers up */
 };
@@ -135,6 +206,10 @@ struct pd_ctrl_peer_info {
 	const struct pd_msg_hello *hello; /* its last Hello; NULL before any */
 	const char *endpoint;          /* as dialled, else as it advertised, else "" */
 	uint64_t last_rx_ns;           /* CLOCK_MONOTONIC of its last message, 0: none */
+	uint32_t authenticated;        /* 1: its session's key is proven (CURVE) */
+	char key_id[PD_CTRL_KEY_ID_LEN + 1]; /* that key's first Z85 characters, "" none */
+	const char *refusal;           /* why it refused our last Hello ("" none, or
+					* since its HelloAck) */
 };
 
 /**
@@ -166,8 +241,10 @@ const char *pd_ctrl_endpoint(const struct pd_ctrl *c);
  * Hello) when no peer is known there. Messages sent before its HelloAck are
  * held (up to queue_max) and flushed in order on it.
  * @return 0 (*peer set, canonical when known); -EINVAL NULL, empty or too
- *         long endpoint, or our own endpoint; -ENOBUFS max_peers reached;
- *         -ENOMEM; a negative errno from zmq_connect (bad endpoint).
+ *         long endpoint, or our own endpoint; -ENOBUFS max_peers reached
+ *         and no down peer to evict; -ENOKEY CURVE and no server key known
+ *         for the endpoint; -ENOMEM; a negative errno from zmq_connect (bad
+ *         endpoint).
  */
 int pd_ctrl_peer(struct pd_ctrl *c, const char *endpoint, uint32_t *peer);
 
@@ -194,8 +271,8 @@ int pd_ctrl_proxy_notif(struct pd_ctrl *c, const struct pd_msg_proxy *p);
  * CLOCK_MONOTONIC (pd_now_ns()). NULL-safe. */
 void pd_ctrl_tick(struct pd_ctrl *c, uint64_t now_ns);
 
-/* @return 0; -EINVAL NULL; -ENOENT unknown id. info->hello is valid until
- * the next call into the ctrl. */
+/* @return 0; -EINVAL NULL; -ENOENT unknown id; -ESRCH an id evicted (free).
+ * info->hello and info->refusal are valid until the next call into the ctrl. */
 int pd_ctrl_peer_info(const struct pd_ctrl *c, uint32_t peer, struct pd_ctrl_peer_info *info);
 
 void pd_ctrl_stats(const struct pd_ctrl *c, struct pd_ctrl_stats *st);
@@ -217,5 +294,37 @@ int pd_ctrl_peer_reset(struct pd_ctrl *c, uint32_t peer, int err);
  * for those messages to leave. NULL-safe. */
 #define PD_CTRL_BYE_LINGER_MS 200
 void pd_ctrl_goodbye(struct pd_ctrl *c);
+
+/* ---- CURVE keys (pd_ctrl_keys.c) ------------------------------------------------ */
+
+/* 1 when this libzmq can do CURVE (built with libsodium, as Debian's is). */
+int pd_ctrl_curve_available(void);
+
+/**
+ * Write a new CURVE key pair to path (created, never overwritten, mode
+ * 0600): "public-key = Z85" and "secret-key = Z85" lines. pub gets the
+ * public key (41 bytes: 40 Z85 characters and a NUL).
+ * @return 0; -EEXIST path exists; -ENOTSUP no CURVE in libzmq; -errno
+ *         from open/write (err says which, naming the file).
+ */
+int pd_ctrl_keygen(const char *path, char pub[41], char *err, size_t errlen);
+
+/**
+ * Load this broker's key pair (key_path: as pd_ctrl_keygen() writes it,
+ * readable by its owner only) and the peers it admits (peers_path: one
+ * "NAME PUBLIC-KEY [ENDPOINT...]" per line, '#' comments; a key is bound
+ * to one name, an endpoint to one key; a name may have several keys).
+ * Every message names the flag and the file ("--curve-peers FILE:3: ...").
+ * @return 0 (*out set; pd_ctrl_keys_free() it); -EINVAL a bad line, a bad
+ *         or mismatched key, a key file others may read; -ENOTSUP no CURVE
+ *         in libzmq; -ENOMEM; -errno from reading.
+ */
+int pd_ctrl_keys_load(const char *key_path, const char *peers_path,
+		      struct pd_ctrl_keys **out, char *err, size_t errlen);
+void pd_ctrl_keys_free(struct pd_ctrl_keys *k);   /* NULL-safe */
+
+/* "curve, key <id>, <n> peer keys" or "unauthenticated" (keys NULL), for
+ * the log and pdctl status. */
+void pd_ctrl_keys_describe(const struct pd_ctrl_keys *k, char *out, size_t len);
 
 #endif

@@ -73,7 +73,7 @@ int pd_ctrl_watch(struct pd_ctrl *c, void *sock, int *fd, pd_loop_fn *fn, void *
 	return pd_loop_add(c->o.loop, *fd, EPOLLIN | EPOLLET, fn, ctx);
 }
 
-static int has_input(void *sock)
+int pd_ctrl_has_input(void *sock)
 {
 	int ev = 0;
 	size_t len = sizeof(ev);
@@ -83,7 +83,7 @@ static int has_input(void *sock)
 	return (ev & ZMQ_POLLIN) != 0;
 }
 
-static void kick(struct pd_ctrl *c)
+void pd_ctrl_kick(struct pd_ctrl *c)
 {
 	uint64_t one = 1;
 
@@ -97,9 +97,9 @@ static void kick(struct pd_ctrl *c)
 /* After a send on sock: input it hid from the edge is drained on the kick. */
 static int sent(struct pd_ctrl *c, void *sock, uint32_t *pending, int rc)
 {
-	if (has_input(sock)) {
+	if (pd_ctrl_has_input(sock)) {
 		*pending = 1;
-		kick(c);
+		pd_ctrl_kick(c);
 	}
 	if (rc >= 0) {
 		c->st.tx_msgs++;
@@ -161,7 +161,7 @@ int pd_ctrl_dealer_open(struct pd_ctrl *c, struct pd_ctrl_peer *p, const char *e
 
 	if (!d)
 		return -ENOMEM;
-	*d = (struct pd_ctrl_dealer){ .c = c, .fd = -1 };
+	*d = (struct pd_ctrl_dealer){ .c = c, .fd = -1, .mon_fd = -1 };
 	(void)strlcpy(d->endpoint, endpoint, sizeof(d->endpoint));
 	d->sock = zmq_socket(c->zctx, ZMQ_DEALER);
 	if (!d->sock) {
@@ -171,6 +171,8 @@ int pd_ctrl_dealer_open(struct pd_ctrl *c, struct pd_ctrl_peer *p, const char *e
 	rc = pd_ctrl_sock_setup(c, d->sock);
 	if (rc == 0)
 		rc = set_routing_id(c, d->sock);
+	if (rc == 0)
+		rc = pd_ctrl_auth_client(c, d, p); /* CURVE: before the connect */
 	if (rc == 0)
 		rc = pd_zmq_rc(zmq_connect(d->sock, endpoint));
 	if (rc == 0)
@@ -183,6 +185,7 @@ int pd_ctrl_dealer_open(struct pd_ctrl *c, struct pd_ctrl_peer *p, const char *e
 	return 0;
 
 out_close:
+	pd_ctrl_auth_dealer_close(c, d);
 	(void)zmq_close(d->sock);
 out_free:
 	free(d);
@@ -195,6 +198,7 @@ void pd_ctrl_dealer_retire(struct pd_ctrl *c, struct pd_ctrl_dealer *d)
 {
 	if (!d || !d->sock)
 		return;
+	pd_ctrl_auth_dealer_close(c, d);
 	pd_loop_del(c->o.loop, d->fd);
 	(void)zmq_close(d->sock);
 	d->sock = NULL;
@@ -272,6 +276,9 @@ static int router_one(struct pd_ctrl *c)
 		return rc;
 	f.rid = zmq_msg_data(&fr.f[0]);
 	f.rid_len = (uint32_t)zmq_msg_size(&fr.f[0]);
+	if (c->keys && fr.n > 1) /* CURVE: the key ZAP admitted the connection with (on
+				 * the frames it sent, not on the routing id) */
+		f.user_id = zmq_msg_gets(&fr.f[fr.n - 1], "User-Id");
 	if (fr.total != 3 || zmq_msg_size(&fr.f[1]) != 0)
 		bad_frames(c, &f, fr.total - 1);
 	else
@@ -300,10 +307,10 @@ static int dealer_one(struct pd_ctrl *c, struct pd_ctrl_dealer *d)
 static void drain_router(struct pd_ctrl *c)
 {
 	c->router_pending = 0;
-	for (uint32_t n = 0; has_input(c->router); n++) {
+	for (uint32_t n = 0; pd_ctrl_has_input(c->router); n++) {
 		if (n == PD_CTRL_DRAIN_MAX) {  /* let the other fds have a turn */
 			c->router_pending = 1;
-			kick(c);
+			pd_ctrl_kick(c);
 			return;
 		}
 		if (router_one(c) < 0)
@@ -315,10 +322,10 @@ static void drain_router(struct pd_ctrl *c)
 static void drain_dealer(struct pd_ctrl *c, struct pd_ctrl_dealer *d)
 {
 	d->pending = 0;
-	for (uint32_t n = 0; d->sock && has_input(d->sock); n++) {
+	for (uint32_t n = 0; d->sock && pd_ctrl_has_input(d->sock); n++) {
 		if (n == PD_CTRL_DRAIN_MAX) {
 			d->pending = 1;
-			kick(c);
+			pd_ctrl_kick(c);
 			return;
 		}
 		if (dealer_one(c, d) < 0)
@@ -371,6 +378,7 @@ void pd_ctrl_on_kick(void *ctx, uint32_t events)
 	enter(c);
 	if (c->router_pending)
 		drain_router(c);
+	pd_ctrl_auth_drain_pending(c);
 	for (uint32_t i = 0; i < c->npeers; i++) {
 		struct pd_ctrl_dealer *d = c->peers[i]->d;
 

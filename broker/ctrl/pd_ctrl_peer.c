@@ -7,6 +7,7 @@
  *   NEW  --HelloAck / Hello-->  UP  --silence, new epoch, new session-->  DOWN
  *   NEW  --handshake timeout-->  DOWN  --Hello / HelloAck-->  UP
  *   NEW  --HelloAck names a broker known as another id-->  ALIAS (of that id)
+ *   DOWN (and its ALIASes)  --evicted (pd_ctrl_evict.c)-->  FREE  --new peer-->  NEW
  *
  * The table is small (max_peers) and scanned linearly: lookups happen per
  * Hello and per ROUTER message, which a control plane can afford.
@@ -20,9 +21,16 @@
 #include "pd_ctrl_int.h"
 #include "pd_log.h"
 
-struct pd_ctrl_peer *pd_ctrl_peer_get(const struct pd_ctrl *c, uint32_t id)
+struct pd_ctrl_peer *pd_ctrl_peer_slot(const struct pd_ctrl *c, uint32_t id)
 {
 	return id >= 1 && id <= c->npeers ? c->peers[id - 1] : NULL;
+}
+
+struct pd_ctrl_peer *pd_ctrl_peer_get(const struct pd_ctrl *c, uint32_t id)
+{
+	struct pd_ctrl_peer *p = pd_ctrl_peer_slot(c, id);
+
+	return p && p->state != PD_CTRL_PEER_FREE ? p : NULL;
 }
 
 /* The entry that speaks for id (itself, or the one it is an alias of). */
@@ -56,7 +64,8 @@ struct pd_ctrl_peer *pd_ctrl_peer_by_rid(const struct pd_ctrl *c, const uint8_t 
 	for (uint32_t i = 0; i < c->npeers; i++) {
 		struct pd_ctrl_peer *p = c->peers[i];
 
-		if (p->rid_len == len && len && memcmp(p->rid, rid, len) == 0)
+		if (p->state != PD_CTRL_PEER_FREE && p->rid_len == len && len &&
+		    memcmp(p->rid, rid, len) == 0)
 			return p;
 	}
 	return NULL;
@@ -68,16 +77,39 @@ struct pd_ctrl_peer *pd_ctrl_peer_by_dial(const struct pd_ctrl *c, const char *e
 	for (uint32_t i = 0; i < c->npeers; i++) {
 		struct pd_ctrl_peer *p = c->peers[i];
 
-		if (strcmp(p->dialled, ep) == 0 || strcmp(p->advertised, ep) == 0)
+		if (p->state != PD_CTRL_PEER_FREE &&
+		    (strcmp(p->dialled, ep) == 0 || strcmp(p->advertised, ep) == 0))
 			return pd_ctrl_peer_canon(c, p->id);
 	}
 	return NULL;
 }
 
+/* The lowest free id's entry, made NEW. */
+static struct pd_ctrl_peer *reuse(struct pd_ctrl *c)
+{
+	for (uint32_t i = 0; i < c->npeers; i++) {
+		struct pd_ctrl_peer *p = c->peers[i];
+
+		if (p->state != PD_CTRL_PEER_FREE)
+			continue;
+		*p = (struct pd_ctrl_peer){ .id = p->id, .state = PD_CTRL_PEER_NEW };
+		STAILQ_INIT(&p->q);
+		c->st.peers++;
+		c->nfree--;
+		return p;
+	}
+	return NULL;
+}
+
+/* Ids are handed out lowest first: an evicted one before a new one. */
 int pd_ctrl_peer_new(struct pd_ctrl *c, struct pd_ctrl_peer **out)
 {
-	struct pd_ctrl_peer *p;
+	struct pd_ctrl_peer *p = c->nfree ? reuse(c) : NULL;
 
+	if (p) {
+		*out = p;
+		return 0;
+	}
 	if (c->npeers >= c->o.max_peers)
 		return -ENOBUFS;
 	if (c->npeers == c->cap) {
@@ -101,7 +133,20 @@ int pd_ctrl_peer_new(struct pd_ctrl *c, struct pd_ctrl_peer **out)
 	return 0;
 }
 
-static uint32_t drop_queue(struct pd_ctrl_peer *p)
+void pd_ctrl_peer_unnew(struct pd_ctrl *c, struct pd_ctrl_peer *p)
+{
+	if (p->id == c->npeers) { /* the newest: the table shrinks back */
+		c->peers[--c->npeers] = NULL;
+		pd_ctrl_peer_free(p);
+	} else {
+		p->state = PD_CTRL_PEER_FREE;
+		p->dialled[0] = '\0';
+		c->nfree++;
+	}
+	c->st.peers--;
+}
+
+uint32_t pd_ctrl_peer_drop_queue(struct pd_ctrl_peer *p)
 {
 	struct pd_ctrl_qmsg *m;
 	uint32_t n = p->qlen;
@@ -118,7 +163,7 @@ void pd_ctrl_peer_free(struct pd_ctrl_peer *p)
 {
 	if (!p)
 		return;
-	(void)drop_queue(p);
+	(void)pd_ctrl_peer_drop_queue(p);
 	free(p);
 }
 
@@ -167,15 +212,20 @@ void pd_ctrl_peer_store_hello(struct pd_ctrl_peer *p, const struct pd_msg_hello 
 
 void pd_ctrl_peer_up(struct pd_ctrl *c, struct pd_ctrl_peer *p)
 {
+	struct pd_ctrl_secrets s = { .accept = p->sec_ours ? p->sec_ours : p->sec_theirs,
+				     .present = p->sec_theirs ? p->sec_theirs : p->sec_ours };
+
 	if (p->state == PD_CTRL_PEER_UP)
 		return;
+	p->rep_accept = s.accept;
+	p->rep_present = s.present;
 	p->state = PD_CTRL_PEER_UP;
 	p->last_rx_ns = p->last_hb_ns = c->now_ns;
 	c->st.peers_up++;
 	c->st.peers_live++;
 	PD_LOG(INFO, ctl, "peer %u (%s, epoch %llu) is up", p->id, p->hello.name,
 	       (unsigned long long)p->epoch);
-	c->ops.on_peer_up(c->o.ctx, p->id, &p->hello.view);
+	c->ops.on_peer_up(c->o.ctx, p->id, &p->hello.view, &s);
 }
 
 /* Replace our DEALER to p (drops what ZeroMQ still holds for it) and say
@@ -203,9 +253,12 @@ void pd_ctrl_peer_down(struct pd_ctrl *c, struct pd_ctrl_peer *p, int err, int r
 {
 	uint32_t was = p->state;
 
-	c->st.dropped += drop_queue(p);
+	c->st.dropped += pd_ctrl_peer_drop_queue(p);
 	p->state = PD_CTRL_PEER_DOWN;
 	p->rid_len = 0;
+	pd_ctrl_secrets_end(p);
+	if (was != PD_CTRL_PEER_DOWN)
+		p->down_ns = c->now_ns;
 	if (redial_it)
 		redial(c, p);
 	if (was == PD_CTRL_PEER_DOWN)
@@ -328,8 +381,10 @@ int pd_ctrl_hello_send(struct pd_ctrl *c, struct pd_ctrl_dealer *d)
 	int rc;
 
 	c->hello.type = PD_MSG_HELLO;
+	c->hello.u.hello.resume = d->p ? d->p->resume : 0; /* proof of our last session */
 	d->hello_ns = c->now_ns;
 	rc = pd_ctrl_encode(c, &c->hello);
+	c->hello.u.hello.resume = 0;
 	if (rc == 0)
 		rc = pd_ctrl_send_dealer(c, d, c->enc.data, c->enc.len);
 	if (rc == 0)
@@ -407,6 +462,7 @@ void pd_ctrl_tick(struct pd_ctrl *c, uint64_t now_ns)
 	c->now_ns = now_ns;
 	for (uint32_t i = 0; i < c->npeers; i++)
 		tick_one(c, c->peers[i]);
+	pd_ctrl_evict_tick(c);
 	c->depth--;
 	pd_ctrl_bury(c);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "pd_ctrl_int.h"
+#include "pd_err.h"
 #include "pd_log.h"
 #include "pd_wire_int.h"
 
@@ -155,11 +156,54 @@ static struct pd_ctrl_peer *hello_peer(struct pd_ctrl *c, const struct pd_msg_he
 	return p;
 }
 
-static void send_ack(struct pd_ctrl *c, const struct pd_ctrl_from *f)
+/* Our HelloAck, with the session's data secret (only in it). */
+static void send_ack(struct pd_ctrl *c, const struct pd_ctrl_from *f, uint64_t secret)
 {
 	c->hello.type = PD_MSG_HELLO_ACK;
+	c->hello.u.hello.data_secret = secret;
 	if (pd_ctrl_encode(c, &c->hello) == 0)
 		(void)pd_ctrl_send_router(c, f->rid, f->rid_len, c->enc.data, c->enc.len);
+	c->hello.u.hello.data_secret = 0;
+}
+
+/* A Hello we do not answer with a session: counted, logged, an Error. */
+static void refuse_hello(struct pd_ctrl *c, const struct pd_ctrl_from *f,
+			 const struct pd_msg_hello *h, int code, const char *text)
+{
+	c->st.hellos_refused++;
+	PD_LOG_RL(WARN, ctl, "Hello from %.*s refused: %s", (int)h->name.len,
+		  (const char *)h->name.p, text);
+	pd_ctrl_reply_error(c, f, code, 0, text);
+}
+
+/* CURVE: the Hello's name must be the one its connection's key is bound to. */
+static int name_of_key(struct pd_ctrl *c, const struct pd_ctrl_from *f,
+		       const struct pd_msg_hello *h, uint8_t key[PD_CTRL_KEY_LEN])
+{
+	const char *bound = pd_ctrl_auth_name_of(c, f->user_id, key);
+	char text[160];
+
+	if (bound && same_name(bound, &h->name))
+		return 0;
+	c->st.auth_name++;
+	(void)snprintf(text, sizeof(text), "Hello refused: the key of this connection is %s's",
+		       bound ? bound : "no broker");
+	refuse_hello(c, f, h, -EPERM, text);
+	return -EPERM;
+}
+
+/* The table is full: make room by evicting a down peer, or refuse. */
+static int new_peer(struct pd_ctrl *c, const struct pd_ctrl_from *f,
+		    const struct pd_msg_hello *h, struct pd_ctrl_peer **p)
+{
+	int rc = pd_ctrl_peer_new(c, p);
+
+	if (rc == -ENOBUFS && pd_ctrl_evict_one(c))
+		rc = pd_ctrl_peer_new(c, p);
+	if (rc < 0)
+		refuse_hello(c, f, h, rc, rc == -ENOBUFS ? "Hello refused: peer table full" :
+							  "Hello refused: out of memory");
+	return rc;
 }
 
 static void set_route(struct pd_ctrl *c, struct pd_ctrl_peer *p, const struct pd_ctrl_from *f)
@@ -173,39 +217,73 @@ static void set_route(struct pd_ctrl *c, struct pd_ctrl_peer *p, const struct pd
 	p->reply_path = PD_CTRL_PATH_ROUTER;
 }
 
-/* Hello on the ROUTER: a session for this routing id; a new epoch, or a
- * new DEALER of a live peer, is a new session (down, then up). */
+/*
+ * Hello on the ROUTER: a session for this routing id. A Hello naming a
+ * peer that is up must have the authority to (pd_ctrl_hello_authority):
+ * then a new epoch, or a new DEALER of the peer, is a new session (down,
+ * then up); without it the live session is untouched and the Hello
+ * refused.
+ */
 static void hello_in(struct pd_ctrl *c, const struct pd_ctrl_from *f,
 		     const struct pd_msg_hello *h)
 {
+	uint8_t key[PD_CTRL_KEY_LEN];
 	struct pd_ctrl_peer *p;
-	int rc;
+	char text[160];
+	int reset, rc;
 
 	if (same_name(c->name, &h->name) || f->rid_len > PD_CTRL_RID_MAX) {
 		c->st.bad_state++;
 		pd_ctrl_reply_error(c, f, -EPROTO, 0, "Hello refused: our own name");
 		return;
 	}
+	if (c->keys && name_of_key(c, f, h, key) < 0)
+		return;
 	p = hello_peer(c, h);
-	if (!p) {
-		rc = pd_ctrl_peer_new(c, &p);
+	if (p && p->state == PD_CTRL_PEER_UP) {
+		rc = pd_ctrl_hello_authority(c, p, f, h, c->keys ? key : NULL, &reset, text,
+					     sizeof(text));
 		if (rc < 0) {
-			PD_LOG_RL(WARN, ctl, "Hello refused: %s", pd_strerror(rc));
-			pd_ctrl_reply_error(c, f, rc, 0, "Hello refused: peer table full");
+			refuse_hello(c, f, h, rc, text);
 			return;
 		}
+		if (reset)
+			pd_ctrl_peer_down(c, p, -ECONNRESET, 1);
 	}
-	if (p->state == PD_CTRL_PEER_UP &&
-	    (p->epoch != h->epoch ||
-	     (p->rid_len && (p->rid_len != f->rid_len || memcmp(p->rid, f->rid, f->rid_len) != 0))))
-		pd_ctrl_peer_down(c, p, -ECONNRESET, 1);
+	if (!p && new_peer(c, f, h, &p) < 0)
+		return;
+	rc = pd_ctrl_secret_ours(c, p);
+	if (rc < 0) {
+		refuse_hello(c, f, h, rc, "Hello refused: no random secret");
+		return;
+	}
 	set_route(c, p, f);
 	pd_ctrl_peer_store_hello(p, h);
 	p->last_rx_ns = c->now_ns;
-	/* Up (on_peer_up: the data plane learns the peer's token) before the
-	 * ack, upon which the peer opens its data lanes to us. */
+	if (c->keys) {
+		memcpy(p->key, key, sizeof(p->key));
+		p->has_key = 1;
+	}
+	/* Up (on_peer_up: the data plane learns the peer and the secret its
+	 * lanes present), before the ack, upon which it opens them to us; or,
+	 * already up, the secrets of this second route, if they changed. */
+	pd_ctrl_secrets_report(c, p);
 	pd_ctrl_peer_up(c, p);
-	send_ack(c, f);
+	send_ack(c, f, p->sec_ours);
+}
+
+/* CURVE: the HelloAck's name must be the one the server's key is bound to. */
+static int ack_key_ok(struct pd_ctrl *c, const struct pd_ctrl_dealer *d,
+		      const struct pd_msg_hello *h)
+{
+	const struct pd_ctrl_key_entry *e = d->has_skey ? pd_ctrl_keys_find(c->keys, d->skey) : NULL;
+
+	if (e && same_name(e->name, &h->name))
+		return 1;
+	c->st.auth_name++;
+	PD_LOG_RL(WARN, ctl, "HelloAck from %s refused: it says %.*s, its key is %s's",
+		  d->endpoint, (int)h->name.len, (const char *)h->name.p, e ? e->name : "nobody");
+	return 0;
 }
 
 /* HelloAck on our DEALER: the peer is up; what was held goes out. */
@@ -217,6 +295,14 @@ static void ack_in(struct pd_ctrl *c, struct pd_ctrl_dealer *d, const struct pd_
 		c->st.bad_state++;
 		PD_LOG_RL(WARN, ctl, "peer %u at %s: HelloAck from another broker", p->id,
 			  d->endpoint);
+		return;
+	}
+	if (c->keys && !ack_key_ok(c, d, h))
+		return;
+	if (!h->data_secret) { /* pdkv before data secrets: its lanes could not get in */
+		c->st.bad_state++;
+		PD_LOG_RL(WARN, ctl, "peer %u at %s: HelloAck without a data secret (an older "
+			  "pdkv?)", p->id, d->endpoint);
 		return;
 	}
 	q = pd_ctrl_peer_by_name(c, &h->name);
@@ -231,8 +317,38 @@ static void ack_in(struct pd_ctrl *c, struct pd_ctrl_dealer *d, const struct pd_
 	pd_ctrl_peer_store_hello(p, h);
 	d->acked = 1;
 	p->last_rx_ns = c->now_ns;
+	p->sec_theirs = h->data_secret;
+	p->refusal[0] = '\0';
+	if (c->keys) {
+		memcpy(p->key, d->skey, sizeof(p->key));
+		p->has_key = 1;
+	}
+	pd_ctrl_secrets_report(c, p);
 	pd_ctrl_peer_up(c, p);
 	pd_ctrl_peer_flush(c, p);
+}
+
+/* An Error for our Hello (before its HelloAck, no seq): the peer refused
+ * it. The operator is told why (log, pdctl peers); a peer that is not up
+ * goes down with that code, so what waits for it fails with the reason
+ * instead of a timeout. The tick says Hello again later. */
+static void refused_in(struct pd_ctrl *c, struct pd_ctrl_dealer *d, const struct pd_msg_error *e)
+{
+	struct pd_ctrl_peer *p = d->p;
+	uint32_t n = e->text.len < PD_CTRL_REFUSAL_MAX - 1 ? e->text.len : PD_CTRL_REFUSAL_MAX - 1;
+	int changed = strlen(p->refusal) != n || memcmp(p->refusal, e->text.p, n) != 0;
+
+	c->st.refusals++;
+	memcpy(p->refusal, e->text.p, n);
+	p->refusal[n] = '\0';
+	for (uint32_t i = 0; i < n; i++) /* a peer's text: printable only */
+		if (p->refusal[i] < 0x20 || p->refusal[i] > 0x7e)
+			p->refusal[i] = '?';
+	if (changed)
+		PD_LOG(WARN, ctl, "peer %u at %s refused our Hello: %s (%s)", p->id, d->endpoint,
+		       p->refusal[0] ? p->refusal : "no reason given", pd_strerror(e->code));
+	if (p->state != PD_CTRL_PEER_UP)
+		pd_ctrl_peer_down(c, p, e->code, 0);
 }
 
 /* The remote has no session for our DEALER (it restarted, or declared us
@@ -261,6 +377,10 @@ static void rx_dealer(struct pd_ctrl *c, const struct pd_ctrl_from *f, const str
 		session_lost(c, d);
 		return;
 	}
+	if (m->type == PD_MSG_ERROR && !d->acked && m->u.error.seq == 0) {
+		refused_in(c, d, &m->u.error);
+		return;
+	}
 	if (d->p->state != PD_CTRL_PEER_UP || !d->acked) {
 		c->st.bad_state++;
 		PD_LOG_RL(WARN, ctl, "dropped %s from %s before its HelloAck",
@@ -268,6 +388,22 @@ static void rx_dealer(struct pd_ctrl *c, const struct pd_ctrl_from *f, const str
 		return;
 	}
 	deliver(c, d->p, f, m);
+}
+
+/* CURVE: a route's messages come from its session's key (a connection of
+ * another key that took the routing id over is not that peer). */
+static int route_key_ok(struct pd_ctrl *c, const struct pd_ctrl_peer *p,
+			const struct pd_ctrl_from *f, const struct pd_msg *m)
+{
+	uint8_t key[PD_CTRL_KEY_LEN];
+
+	if (!p->has_key || (pd_ctrl_auth_name_of(c, f->user_id, key) &&
+			    memcmp(key, p->key, sizeof(key)) == 0))
+		return 1;
+	c->st.auth_name++;
+	PD_LOG_RL(WARN, ctl, "dropped %s on peer %u's route: another key", pd_wire_type_name(m->type),
+		  p->id);
+	return 0;
 }
 
 static void rx_router(struct pd_ctrl *c, const struct pd_ctrl_from *f, const struct pd_msg *m)
@@ -279,6 +415,8 @@ static void rx_router(struct pd_ctrl *c, const struct pd_ctrl_from *f, const str
 		return;
 	}
 	p = pd_ctrl_peer_by_rid(c, f->rid, f->rid_len);
+	if (p && c->keys && !route_key_ok(c, p, f, m))
+		return;
 	if (!p || p->state != PD_CTRL_PEER_UP) {
 		c->st.bad_peer++;
 		PD_LOG_RL(WARN, ctl, "dropped %s from a sender without a session",

@@ -38,6 +38,8 @@
 #define FX_EV_UP    2u
 #define FX_EV_DOWN  3u
 #define FX_EV_ALIAS 4u
+#define FX_EV_SECRETS 5u
+#define FX_EV_EVICTED 6u
 
 struct fx_ev {
 	uint32_t kind;
@@ -48,6 +50,7 @@ struct fx_ev {
 	int32_t code;          /* MSG: Error code */
 	uint32_t aux;          /* ALIAS: the canonical id */
 	uint64_t epoch;        /* UP */
+	uint64_t accept, present; /* UP, SECRETS: the session's data secrets */
 	uint64_t t_ns;
 	char name[64];         /* UP: the peer's name; MSG: req_id */
 };
@@ -107,9 +110,11 @@ static inline void fx_on_msg(void *ctx, uint32_t peer, const struct pd_msg *m)
 	fx_push(ctx, &e);
 }
 
-static inline void fx_on_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h)
+static inline void fx_on_up(void *ctx, uint32_t peer, const struct pd_msg_hello *h,
+			    const struct pd_ctrl_secrets *s)
 {
-	struct fx_ev e = { .kind = FX_EV_UP, .peer = peer, .epoch = h->epoch, .t_ns = pd_now_ns() };
+	struct fx_ev e = { .kind = FX_EV_UP, .peer = peer, .epoch = h->epoch, .t_ns = pd_now_ns(),
+			   .accept = s->accept, .present = s->present };
 
 	fx_copy_name(e.name, sizeof(e.name), &h->name);
 	fx_push(ctx, &e);
@@ -129,9 +134,25 @@ static inline void fx_on_alias(void *ctx, uint32_t alias, uint32_t peer)
 	fx_push(ctx, &e);
 }
 
+static inline void fx_on_secrets(void *ctx, uint32_t peer, const struct pd_ctrl_secrets *s)
+{
+	struct fx_ev e = { .kind = FX_EV_SECRETS, .peer = peer, .accept = s->accept,
+			   .present = s->present, .t_ns = pd_now_ns() };
+
+	fx_push(ctx, &e);
+}
+
+static inline void fx_on_evicted(void *ctx, uint32_t peer)
+{
+	struct fx_ev e = { .kind = FX_EV_EVICTED, .peer = peer, .t_ns = pd_now_ns() };
+
+	fx_push(ctx, &e);
+}
+
 static const struct pd_ctrl_ops fx_ops = {
 	.on_msg = fx_on_msg, .on_peer_up = fx_on_up, .on_peer_down = fx_on_down,
-	.on_peer_alias = fx_on_alias,
+	.on_peer_alias = fx_on_alias, .on_peer_secrets = fx_on_secrets,
+	.on_peer_evicted = fx_on_evicted,
 };
 
 static inline void fx_on_tick(void *ctx)
@@ -227,6 +248,9 @@ struct fx_node_cfg {
 	uint32_t hb_ms;        /* 0: 50 */
 	uint32_t queue_max;
 	uint32_t sndhwm;
+	uint32_t max_peers;    /* 0: the default */
+	uint32_t evict_ms;     /* 0: never evict */
+	const struct pd_ctrl_keys *keys; /* CURVE; NULL: none */
 };
 
 /* Start a node; NULL on failure (create_rc says why, in *rc). */
@@ -251,6 +275,8 @@ static inline struct fx_node *fx_node_start(const struct fx_node_cfg *cfg, int *
 		.nxports = 1, .xport = { "tcp" }, .addr = { "127.0.0.1:9" },
 		.heartbeat_ns = (cfg->hb_ms ? cfg->hb_ms : 50) * PD_NS_PER_MS,
 		.queue_max = cfg->queue_max, .sndhwm = cfg->sndhwm,
+		.max_peers = cfg->max_peers, .evict_ns = cfg->evict_ms * PD_NS_PER_MS,
+		.keys = cfg->keys,
 	};
 	assert_int_equal(pthread_create(&n->th, NULL, fx_thread, n), 0);
 	pthread_mutex_lock(&n->mu);

@@ -113,6 +113,7 @@ static void print_header(const struct pdctl_snap *s)
 	fmt_bytes(z, sizeof(z), i->slot_size);
 	printf("  ctrl %s  data %s  transport %s  slot size %s\n", i->ctrl[0] ? i->ctrl : "-",
 	       i->data[0] ? i->data : "-", i->transport[0] ? i->transport : "-", z);
+	printf("  control plane: %s\n", i->ctrl_auth[0] ? i->ctrl_auth : "unauthenticated");
 }
 
 static void print_pool(const char *name, const struct pdctl_pool *p)
@@ -187,6 +188,9 @@ static void print_peer(const struct pdctl_snap *s, const struct pd_stat_peer *p)
 	       pdctl_peer_state_name(p->state), p->transport[0] ? p->transport : "none");
 	if (p->why[0])
 		printf(" [%s]", p->why);
+	printf(", auth %s", p->auth[0] ? p->auth : "none");
+	if (p->error[0])
+		printf(", refused: %s", p->error);
 	printf(", %u lane%s, sent %s in %" PRIu64 " chunks, received %s in %" PRIu64
 	       " chunks, %" PRIu64 " live requests, last seen %s%s\n", p->lanes,
 	       p->lanes == 1 ? "" : "s", tx, p->chunks_tx, rx, p->chunks_rx, p->requests_live,

@@ -21,9 +21,11 @@ static json_t *info_json(const struct pdctl_snap *s)
 {
 	const struct pd_stat_info *i = &s->st->info;
 
-	return json_pack("{s:o, s:o, s:o, s:o}", "ctrl", pdctl_json_str(i->ctrl),
+	return json_pack("{s:o, s:o, s:o, s:o, s:o}", "ctrl", pdctl_json_str(i->ctrl),
 			 "data", pdctl_json_str(i->data), "transport", pdctl_json_str(i->transport),
-			 "slot_size", pdctl_json_u64(i->slot_size));
+			 "slot_size", pdctl_json_u64(i->slot_size),
+			 "control_plane", pdctl_json_str(i->ctrl_auth[0] ? i->ctrl_auth :
+								    "unauthenticated"));
 }
 
 static json_t *admission_json(const struct pdctl_snap *s)
@@ -47,7 +49,7 @@ static json_t *ago_json(const struct pdctl_snap *s, uint64_t ns)
 static json_t *peer_json(const struct pdctl_snap *s, const struct pd_stat_peer *p)
 {
 	return json_pack("{s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:o,"
-			 " s:o, s:o, s:o, s:o, s:o}",
+			 " s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 			 "name", pdctl_json_str(p->name), "ctrl", pdctl_json_str(p->ctrl),
 			 "state", pdctl_peer_state_name(p->state),
 			 "transport", pdctl_json_str(p->transport), "why", pdctl_json_str(p->why),
@@ -57,7 +59,8 @@ static json_t *peer_json(const struct pdctl_snap *s, const struct pd_stat_peer *
 			 "bytes_rx", pdctl_json_u64(p->bytes_rx),
 			 "chunks_tx", pdctl_json_u64(p->chunks_tx),
 			 "chunks_rx", pdctl_json_u64(p->chunks_rx),
-			 "requests", pdctl_json_u64(p->requests_live));
+			 "requests", pdctl_json_u64(p->requests_live),
+			 "auth", pdctl_json_str(p->auth), "error", pdctl_json_str(p->error));
 }
 
 static json_t *peers_json(const struct pdctl_snap *s)
