@@ -37,7 +37,9 @@
 #              there when they do. Before e0d2667 (writes bound to the
 #              session and the slot's generation) they landed: READY and
 #              PUT_DONE with a chunk that differs, in 2 of 9 runs here; now
-#              they are refused (the line's "data frames ... refused").
+#              they never land: refused at the grant check (the line's
+#              "data frames ... refused") or dropped with their connection,
+#              which the session's end fenced.
 # Per scenario run, the expectations (each unmet one makes the run's line
 # FAIL):
 #   - the fault bit: packets dropped by the rule, the qdisc, or the link;
