@@ -381,7 +381,10 @@ static void keys_make(struct keyset *k)
 	snprintf(k->dir, sizeof(k->dir), "/tmp/pd-ctrl-trust.%d.%d", (int)getpid(), n++);
 	assert_int_equal(mkdir(k->dir, 0700), 0);
 	for (int i = 0; i < 3; i++) {
-		snprintf(k->key[i], sizeof(k->key[i]), "%s/%c.key", k->dir, 'a' + i);
+		char dir[sizeof(k->dir)];
+
+		memcpy(dir, k->dir, sizeof(dir));
+		snprintf(k->key[i], sizeof(k->key[i]), "%s/%c.key", dir, 'a' + i);
 		assert_int_equal(pd_ctrl_keygen(k->key[i], k->pub[i], err, sizeof(err)), 0);
 	}
 	assert_int_equal(pd_ctrl_keygen(k->key[0], k->pub[0], err, sizeof(err)), -EEXIST);
