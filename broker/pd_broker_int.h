@@ -121,8 +121,8 @@ struct pd_broker {
 	_Atomic uint64_t refused_writes; /* writes and PutDone slots not granted as they say */
 	pthread_mutex_t tok_lock;
 	uint64_t token[MAX_TOKENS];   /* per peer id: the secret its lanes present to us */
-	uint64_t present[MAX_TOKENS]; /* per peer id: the secret ours present to it (issue 12;
-				       * control thread) */
+	uint64_t present[MAX_TOKENS]; /* per peer id: the secret ours present to it (control
+				       * thread) */
 	/* Per peer id: a bit per transport whose connection of it we accepted
 	 * (token checked) this session and whose writes land unseen (rdma):
 	 * its PutDones may commit slots no write we saw landed in. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pdbroker: the control plane's trust as the broker sees it (issue 12).
+ * pdbroker: the control plane's trust as the broker sees it.
  *
  *  - Data secrets: per peer id, the secret its data connections must
  *    present to us (token[], checked by up_accept) and the one ours present
