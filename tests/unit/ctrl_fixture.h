@@ -251,6 +251,7 @@ struct fx_node_cfg {
 	uint32_t max_peers;    /* 0: the default */
 	uint32_t evict_ms;     /* 0: never evict */
 	const struct pd_ctrl_keys *keys; /* CURVE; NULL: none */
+	const struct pd_ctrl_ops *ops;   /* NULL: fx_ops (ctx is the node either way) */
 };
 
 /* Start a node; NULL on failure (create_rc says why, in *rc). */
@@ -270,7 +271,7 @@ static inline struct fx_node *fx_node_start(const struct fx_node_cfg *cfg, int *
 	snprintf(n->bind, sizeof(n->bind), "%s", cfg->bind ? cfg->bind : "tcp://127.0.0.1:0");
 	snprintf(n->proxy, sizeof(n->proxy), "%s", cfg->proxy ? cfg->proxy : "");
 	n->o = (struct pd_ctrl_opts){
-		.ops = &fx_ops, .ctx = n, .bind = n->bind, .proxy = n->proxy, .name = n->name,
+		.ops = cfg->ops ? cfg->ops : &fx_ops, .ctx = n, .bind = n->bind, .proxy = n->proxy, .name = n->name,
 		.epoch = cfg->epoch ? cfg->epoch : 1, .slot_size = 65536, .recv_slots = 64,
 		.nxports = 1, .xport = { "tcp" }, .addr = { "127.0.0.1:9" },
 		.heartbeat_ns = (cfg->hb_ms ? cfg->hb_ms : 50) * PD_NS_PER_MS,

@@ -364,6 +364,48 @@ static void test_evicted_after_grace(void **state)
 	fx_node_stop(b);
 }
 
+static _Atomic int busy_flag;
+
+static int fx_busy(void *ctx, uint32_t peer)
+{
+	(void)ctx;
+	(void)peer;
+	return busy_flag;
+}
+
+/* While the broker still refers to a down peer (peer_busy), it stays,
+ * grace or no grace, and a full table stays full; once released, it goes. */
+static void test_busy_peer_not_evicted(void **state)
+{
+	static struct pd_ctrl_ops ops;
+	struct fx_node *b;
+	struct pd_msg h = raw_hello("x", 1, 0);
+	struct fx_raw x, y;
+
+	(void)state;
+	ops = fx_ops;
+	ops.peer_busy = fx_busy;
+	busy_flag = 1;
+	b = start_cfg(&(struct fx_node_cfg){ .name = "b", .hb_ms = 50, .evict_ms = 100,
+					     .max_peers = 1, .ops = &ops });
+	fx_raw_open(&x, b->endpoint);
+	fx_raw_send_msg(&x, &h);
+	(void)expect_ack(&x);
+	fx_raw_close(&x);
+	assert_int_equal(fx_wait(b, down_ev, 1, WAIT_MS), 1);
+	fx_raw_open(&y, b->endpoint);  /* the table is full, and x may not go */
+	h = raw_hello("y", 1, 0);
+	fx_raw_send_msg(&y, &h);
+	expect_error(&y, -ENOBUFS, "peer table full");
+	assert_int_equal(fx_wait(b, evict_ev, 1, 400), 0);
+	busy_flag = 0;
+	assert_int_equal(fx_wait(b, evict_ev, 1, WAIT_MS), 1);
+	fx_raw_send_msg(&y, &h);
+	(void)expect_ack(&y);
+	fx_raw_close(&y);
+	fx_node_stop(b);
+}
+
 /* ---- CURVE -------------------------------------------------------------------------- */
 
 struct keyset {
@@ -628,6 +670,7 @@ int main(void)
 		cmocka_unit_test(test_reset_with_resume),
 		cmocka_unit_test(test_table_full_then_room),
 		cmocka_unit_test(test_evicted_after_grace),
+		cmocka_unit_test(test_busy_peer_not_evicted),
 		cmocka_unit_test(test_curve_pair),
 		cmocka_unit_test(test_curve_strangers_refused),
 		cmocka_unit_test(test_curve_wrong_server_key),
