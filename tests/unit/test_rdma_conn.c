@@ -130,6 +130,18 @@ static void wait_count(const uint64_t *v, uint64_t want)
 	assert_int_equal(got, want);
 }
 
+static int stale_5(void *arg, uint32_t peer)
+{
+	(void)arg;
+	return peer == 5;
+}
+
+static int stale_6(void *arg, uint32_t peer)
+{
+	(void)arg;
+	return peer == 6;
+}
+
 static void test_passive(void **state)
 {
 	static const struct pd_rdma_ops ops = { .accept_peer = accept_cb };
@@ -181,6 +193,13 @@ static void test_passive(void **state)
 	assert_int_equal(stats(r).conns_closed, 1);
 	assert_int_equal(FKV(live_qp), 1);
 	assert_int_equal(FKV(live_id), 2); /* the listener and the other connection */
+	/* its session ended: fenced, its QP goes at once, its id with its event */
+	assert_int_equal(pd_rdma_fence(r, stale_5, NULL), 0);
+	assert_int_equal(pd_rdma_fence(r, stale_6, NULL), 1);
+	assert_int_equal(FKV(live_qp), 0);
+	assert_int_equal(stats(r).conns_fenced, 1);
+	assert_int_equal(pd_rdma_fence(r, stale_6, NULL), 0); /* once */
+	assert_int_equal(pd_rdma_fence(NULL, stale_6, NULL), -EINVAL);
 	pd_rdma_debug_kill_conns(r);
 	assert_int_equal(FKV(live_qp), 0);
 }

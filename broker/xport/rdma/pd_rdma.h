@@ -219,7 +219,8 @@ struct pd_rdma_local {
 	X(connects)         /* peers whose QPs all became established */               \
 	X(accepts)          /* receive QPs accepted */                                 \
 	X(rejects)          /* connect requests refused */                             \
-	X(conns_closed)     /* receive QPs ended */
+	X(conns_closed)     /* receive QPs ended */                                    \
+	X(conns_fenced)     /* receive QPs destroyed by pd_rdma_fence() */
 
 struct pd_rdma_stats {
 #define PD_RDMA_STAT_U64(n) uint64_t n;
@@ -298,6 +299,15 @@ int pd_rdma_connect(struct pd_rdma *r, uint32_t peer, const char *host, uint16_t
  * @return 0; -EINVAL (NULL); -ENOENT (no such peer).
  */
 int pd_rdma_disconnect(struct pd_rdma *r, uint32_t peer);
+
+/**
+ * Destroy the QP of every accepted connection whose peer (what accept_peer
+ * gave it) stale() says is stale: from then on the NIC refuses its writes
+ * into our memory. The connection itself goes with its DISCONNECTED event.
+ * stale() runs on the calling thread under the instance's lock.
+ * @return QPs destroyed; -EINVAL.
+ */
+int pd_rdma_fence(struct pd_rdma *r, int (*stale)(void *arg, uint32_t peer), void *arg);
 
 /**
  * Queue @n writes to @peer, all or nothing (_bulk). Each gets exactly one

@@ -328,7 +328,7 @@ static int conn_open(struct pd_rdma *r, struct rdma_cm_id *id, uint32_t peer)
 	rc = r->v->accept(id, &cp);
 	if (rc < 0)
 		goto out_destroy_qp;
-	c->next = r->conns;
+	c->next = r->conns; /* under r->lock, as every CM event (pd_rdma_fence() walks it) */
 	r->conns = c;
 	r->nconns++;
 	return 0;
@@ -435,6 +435,25 @@ void pd_rdma_conns_close(struct pd_rdma *r)
 		free(c);
 	}
 	r->nconns = 0;
+}
+
+int pd_rdma_fence(struct pd_rdma *r, int (*stale)(void *arg, uint32_t peer), void *arg)
+{
+	int n = 0;
+
+	if (!r || !stale)
+		return -EINVAL;
+	pd_lock(&r->lock);
+	for (struct pd_rdma_conn *c = r->conns; c; c = c->next) {
+		if (c->qp && stale(arg, c->peer)) {
+			r->v->destroy_qp(c->id); /* its writes fail at our NIC from now on */
+			c->qp = NULL;
+			n++;
+		}
+	}
+	pd_unlock(&r->lock);
+	PD_RDMA_STAT_INC(r, conns_fenced, (uint64_t)n);
+	return n;
 }
 
 void pd_rdma_debug_kill_conns(struct pd_rdma *r)

@@ -218,6 +218,11 @@ static void rdma_offer(const struct pd_xport *base, struct pd_xport_offer *o)
 
 /* ---- sending ------------------------------------------------------------------------- */
 
+static void rdma_fence(struct pd_xport *base, int (*stale)(void *ctx, uint32_t lane), void *ctx)
+{
+	(void)pd_rdma_fence(of(base)->r, stale, ctx);
+}
+
 static void rdma_disconnect(struct pd_xport *base, uint32_t peer)
 {
 	struct rdma_x *x = of(base);
@@ -356,6 +361,7 @@ const struct pd_xport_ops pd_xport_rdma_ops = {
 	.name = "rdma", .id = PD_XPORT_RDMA, .flags = PD_XPORT_F_UNSEEN,
 	.create = rdma_create, .destroy = rdma_destroy, .offer = rdma_offer,
 	.connect = rdma_connect, .disconnect = rdma_disconnect, .ready = rdma_ready,
+	.fence = rdma_fence,
 	.post = rdma_post, .poll = rdma_poll, .event_fd = rdma_event_fd, .lanes = rdma_lanes,
 	.counters = rdma_counters,
 };
