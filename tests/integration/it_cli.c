@@ -10,12 +10,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "pd_proc.h"
 #include "pd_run.h"
+#include "pd_test.h"
 
 /* A group other than ours, so that giving files to it is visible. */
 static const struct group *other_group(void)
@@ -56,6 +58,8 @@ static void test_group_owns_sockets_and_segment(void **state)
 	(void)snprintf(path, sizeof(path), "%s/%s.sock", b.rundir, b.name);
 	assert_shared(path, gid);
 	(void)snprintf(path, sizeof(path), "%s/%s.admin", b.rundir, b.name);
+	for (int i = 0; i < 2500 && pd_test_unix_listening(path) != 1; i++) /* it may come later */
+		(void)nanosleep(&(struct timespec){ 0, 2 * 1000 * 1000 }, NULL);
 	assert_shared(path, gid);
 	(void)snprintf(path, sizeof(path), "/dev/shm/pdkv.%s", b.name);
 	assert_shared(path, gid);

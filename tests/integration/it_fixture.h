@@ -345,17 +345,17 @@ static inline uint64_t it_wait_stat(const struct pd_test_broker *b, const char *
 }
 
 /* pd_test_broker_start() waits for the attach socket; the admin socket
- * may come a moment later. */
+ * may come a moment later: wait until it listens (its mode and group are
+ * set before that). */
 static inline void it_wait_admin(const struct pd_test_broker *b)
 {
 	uint64_t deadline = pd_deadline_ms(5000);
 	char path[200];
-	struct stat st;
 
 	(void)snprintf(path, sizeof(path), "%s/%s.admin", b->rundir, b->name);
-	while (stat(path, &st) < 0) {
+	while (pd_test_unix_listening(path) != 1) {
 		if (pd_now_ns() >= deadline)
-			fail_msg("no admin socket %s", path);
+			fail_msg("no admin socket listening at %s", path);
 		(void)nanosleep(&(struct timespec){ 0, 2 * 1000 * 1000 }, NULL);
 	}
 }

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,4 +67,20 @@ int pd_test_wait(pid_t pid, uint32_t timeout_ms)
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
 	return 128 + WTERMSIG(status);
+}
+
+int pd_test_unix_listening(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, ok;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return 0;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	ok = connect(fd, (const struct sockaddr *)&sa, sizeof(sa)) == 0;
+	(void)close(fd);
+	return ok;
 }

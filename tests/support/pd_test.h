@@ -24,4 +24,7 @@ pid_t pd_test_fork(int (*fn)(void *arg), void *arg);
  * -ETIMEDOUT returned. Otherwise the exit code (0..255), or 128 + signal. */
 int pd_test_wait(pid_t pid, uint32_t timeout_ms);
 
+/* 1 when a unix socket at path accepts a connection, else 0. */
+int pd_test_unix_listening(const char *path);
+
 #endif
