@@ -163,6 +163,7 @@ static int make_engines(struct pd_broker *b)
 				 .peer_max_requests = b->cfg.peer_max_requests ?
 					 b->cfg.peer_max_requests : PD_RX_FAIR_SHARE,
 				 .peer_max_slots = b->cfg.peer_max_reserved,
+				 .preempt_idle_ns = b->cfg.preempt_idle_ns,
 				 .max_peers = MAX_TOKENS };
 	struct pd_tx_opts to = { .ops = &pd_broker_tx_ops, .ctx = b,
 				 .max_requests = MAX_REQUESTS,

@@ -71,6 +71,7 @@ struct pd_config {
 	uint32_t rdma_qps;                /* --rdma-qps: QPs per RDMA peer, 1..16 */
 	uint32_t peer_max_requests;       /* --peer-max-requests: 0 = fair share */
 	uint32_t peer_max_reserved;       /* --peer-max-reserved (slots): 0 = no cap */
+	uint64_t preempt_idle_ns;         /* --preempt-idle: 0 = never preempt */
 	struct pd_cfg_xports transport;   /* --transport: 1..3, by preference */
 	struct pd_cfg_xports require;     /* --require: 0..3, subset of transport */
 	uint32_t show_help;               /* --help given (command line only) */

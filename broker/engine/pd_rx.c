@@ -320,6 +320,8 @@ int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns)
 	n += expire_ttl(rx, now_ns);
 	pd_rx_settle(rx, now_ns);
 	expire_tombs(rx, now_ns);
+	n += (int)pd_rx_share_preempt(rx, now_ns);
+	pd_rx_settle(rx, now_ns);
 	pd_rx_reap_zombies(rx);
 	pd_rx_settle(rx, now_ns); /* reaped slots may admit waiters */
 	return n;

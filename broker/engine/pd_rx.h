@@ -111,7 +111,17 @@ struct pd_rx_opts {
 	uint32_t peer_max_requests;
 	uint32_t peer_max_slots;
 	uint32_t max_peers;          /* ids below are accounted apart, above share one (0: 1024) */
+	/* Preemption (0: off): a request waiting first for PD_RX_PREEMPT_WAIT_NS,
+	 * of a peer below its share of the pool (recv slots / peers with
+	 * demand), fails with -EBUSY the admitted requests of peers above
+	 * theirs that moved nothing for preempt_idle_ns, least recently active
+	 * first, at most PD_RX_PREEMPT_MAX a tick: what a peer holds and never
+	 * writes cannot starve the others until the TTL. */
+	uint64_t preempt_idle_ns;
 };
+
+#define PD_RX_PREEMPT_WAIT_NS (1000ull * 1000 * 1000)
+#define PD_RX_PREEMPT_MAX     64u
 
 /* A fair share of requests: max_requests / (peers holding requests + 1),
  * the asking one included, so a share is always left for a peer not seen
@@ -128,6 +138,7 @@ struct pd_rx_stats {
 	uint64_t rejected_tomb, rejected_zero, rejected_big, rejected_busy;
 	uint64_t rejected_foreign;   /* a peer not part of a request tried to change it */
 	uint64_t rejected_peer_requests, rejected_peer_slots; /* over the peer's share */
+	uint64_t preempted;          /* failed -EBUSY for another peer's share */
 	uint64_t proto_errors, grant_errors, late_putdone;
 	uint64_t live_requests, waiting_requests; /* gauges */
 };

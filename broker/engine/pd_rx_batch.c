@@ -98,6 +98,7 @@ static int start_req(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now
 	}
 	PD_ASSERT(rc == 0);
 	r->state = RX_ACTIVE;
+	pd_rx_share_admitted(rx, r);
 	pd_rx_touch(rx, r, now_ns);
 	return pd_rx_run_batch(rx, r, a, now_ns);
 }

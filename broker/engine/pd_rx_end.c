@@ -214,6 +214,7 @@ static void on_admit(void *ctx, struct pd_adm_entry *e)
 
 	r->in_work = WORK_ADMITTED;
 	TAILQ_INSERT_TAIL(&rx->admitted, r, work);
+	pd_rx_share_admitted(rx, r);
 }
 
 /* After every event: roll back the doomed (which frees capacity), admit

@@ -78,6 +78,7 @@ struct rx_req {
 	uint64_t rank_resv;          /* bit per rank: its Reserve was run */
 	uint32_t owner;              /* peer of its first message (shares) */
 	uint32_t has_demand;         /* its need counts in its owner's demand */
+	uint32_t has_admitted;       /* ... and in its owner's admitted slots */
 	uint32_t id_len;
 	uint8_t id[PD_REQ_ID_MAX];
 };
@@ -87,6 +88,7 @@ struct rx_peer {
 	uint32_t nreq;               /* live, waiting and tombstoned requests */
 	uint32_t demand;             /* need of its live and waiting requests */
 	uint64_t finish;             /* its fair-queueing finish tag (pd_admit.h) */
+	uint32_t admitted;           /* need of its admitted, unfinished requests */
 };
 
 RB_HEAD(rx_tree, rx_req);
@@ -110,6 +112,7 @@ struct pd_rx {
 	struct pd_rx_stats st;
 	struct rx_peer *peers;       /* max_peers + 1: the last for ids beyond */
 	uint32_t npeers_req;         /* peers holding a request */
+	uint32_t npeers_dem;         /* peers with demand */
 	uint32_t ntombs;
 	struct pd_stat_hist xfer_hist; /* admitted -> READY */
 	/* Scratch for one batch. */
@@ -138,6 +141,11 @@ void pd_rx_share_end(struct pd_rx *rx, struct rx_req *r);
 void pd_rx_share_free(struct pd_rx *rx, struct rx_req *r);
 /* The peer's flow in admission (pd_admit_request_flow()). */
 uint64_t *pd_rx_share_finish(struct pd_rx *rx, uint32_t peer);
+/* r was admitted: its need counts in its owner's admitted slots. */
+void pd_rx_share_admitted(struct pd_rx *rx, struct rx_req *r);
+/* A peer waits past its due while others sit on more than their share:
+ * fail (-EBUSY) their longest idle admitted requests. @return how many. */
+uint32_t pd_rx_share_preempt(struct pd_rx *rx, uint64_t now_ns);
 
 /* pd_rx_batch.c */
 int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,

@@ -57,6 +57,7 @@ void pd_rx_share_add(struct pd_rx *rx, struct rx_req *r, uint32_t peer)
 	r->owner = peer;
 	r->has_demand = 1;
 	rx->npeers_req += p->nreq++ == 0;
+	rx->npeers_dem += p->demand == 0 && r->need;
 	p->demand += r->need;
 }
 
@@ -64,10 +65,68 @@ void pd_rx_share_end(struct pd_rx *rx, struct rx_req *r)
 {
 	struct rx_peer *p = peer_of(rx, r->owner);
 
+	if (r->has_admitted) {
+		r->has_admitted = 0;
+		p->admitted -= r->need;
+	}
 	if (!r->has_demand)
 		return;
 	r->has_demand = 0;
 	p->demand -= r->need;
+	rx->npeers_dem -= p->demand == 0 && r->need;
+}
+
+void pd_rx_share_admitted(struct pd_rx *rx, struct rx_req *r)
+{
+	if (r->has_admitted || !r->has_demand)
+		return;
+	r->has_admitted = 1;
+	peer_of(rx, r->owner)->admitted += r->need;
+}
+
+/* A peer's fair share of the pool while n peers have demand. */
+static uint32_t pool_share(const struct pd_rx *rx)
+{
+	return rx->nslots / (rx->npeers_dem ? rx->npeers_dem : 1);
+}
+
+/* The request waiting first, when it waited past the preemption wait and
+ * its peer holds less than its share; else NULL. */
+static const struct rx_req *starving(const struct pd_rx *rx, uint64_t now_ns)
+{
+	const struct pd_adm_entry *e = TAILQ_FIRST(&rx->adm.waiting);
+	const struct rx_req *w = e ? pd_container_of_const(e, struct rx_req, adm) : NULL;
+
+	if (!w || now_ns < e->since_ns || now_ns - e->since_ns < PD_RX_PREEMPT_WAIT_NS)
+		return NULL;
+	return rx->peers[w->owner < rx->o.max_peers ? w->owner : rx->o.max_peers].admitted <
+			       pool_share(rx) ? w : NULL;
+}
+
+uint32_t pd_rx_share_preempt(struct pd_rx *rx, uint64_t now_ns)
+{
+	const struct rx_req *w;
+	struct rx_req *r, *next;
+	uint64_t room;
+	uint32_t n = 0, share;
+
+	if (!rx->o.preempt_idle_ns || !(w = starving(rx, now_ns)))
+		return 0;
+	share = pool_share(rx);
+	room = rx->adm.free - rx->adm.outstanding;
+	for (r = TAILQ_FIRST(&rx->live); r && n < PD_RX_PREEMPT_MAX && room < w->need; r = next) {
+		next = TAILQ_NEXT(r, order);
+		if (now_ns < r->last_ns || now_ns - r->last_ns < rx->o.preempt_idle_ns)
+			break; /* least recently active first: the rest moved since */
+		if (r->state != RX_ACTIVE || r->in_work == WORK_DOOMED || r->owner == w->owner ||
+		    peer_of(rx, r->owner)->admitted <= share)
+			continue;
+		rx->st.preempted++;
+		room += r->need; /* its reservation comes back with its slots */
+		pd_rx_doom(rx, r, -EBUSY);
+		n++;
+	}
+	return n;
 }
 
 void pd_rx_share_free(struct pd_rx *rx, struct rx_req *r)

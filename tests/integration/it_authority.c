@@ -6,7 +6,8 @@
  * CancelNotif and batches for another peer's request are refused and
  * counted, the request goes on; every CancelNotif is acknowledged; a flood
  * of requests is bounded by the per-peer caps while the legitimate peer
- * moves its requests and never sees the decode broker go down.
+ * moves its requests and never sees the decode broker go down; a pool held
+ * and never written is preempted for the starved peer.
  */
 #include <zmq.h>
 
@@ -14,10 +15,11 @@
 #include "pd_fake_peer.h"
 #include "pd_wire.h"
 
+/* Heartbeats of 5 s: the stranger, which sends none, stays up meanwhile. */
 static struct it *start_with(const char *const *d_extra)
 {
 	return it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 16,
-						.d_extra = d_extra });
+						.heartbeat = "5s", .d_extra = d_extra });
 }
 
 static void stranger_open(struct pd_fake_peer *f, const struct it *t)
@@ -227,6 +229,32 @@ static void test_tombstones_count_against_the_peer(void **state)
 	it_stop(t, 0);
 }
 
+/* A stranger takes the whole pool (16 one-chunk requests, granted) and
+ * never writes: once the prefill broker's request has waited 1 s and the
+ * stranger's have sat idle for --preempt-idle (1 s here), enough of them
+ * fail -EBUSY, and the legitimate requests move, every byte verified. */
+static void test_held_pool_preempted(void **state)
+{
+	static const char *const x[] = { "--preempt-idle", "1s", NULL };
+	struct it *t = start_with(x);
+	struct pd_fake_peer s;
+	char req[32];
+
+	(void)state;
+	stranger_open(&s, t);
+	for (uint64_t i = 1; i <= 16; i++) {
+		(void)snprintf(req, sizeof(req), "hold%llu", (unsigned long long)i);
+		send_alloc(&s, i, req, 0, 1);
+		assert_int_equal(alloc_answer(&s, i), 0);
+	}
+	assert_int_equal(it_wait_free(&t->d, 1, 0), 0);
+	legit_moves(t, 3);
+	assert_int_equal(it_wait_stat(&t->d, "rx.preempted", 4), 4);
+	assert_int_equal(it_stat(&t->d, "ctrl.peers_down"), 0);  /* not the stranger's end */
+	pd_fake_close(&s);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -235,6 +263,7 @@ int main(void)
 		cmocka_unit_test(test_own_cancel_acknowledged),
 		cmocka_unit_test(test_request_flood_bounded_by_reserved_cap),
 		cmocka_unit_test(test_tombstones_count_against_the_peer),
+		cmocka_unit_test(test_held_pool_preempted),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -96,9 +96,11 @@ static inline void *rxf_mem(int64_t len)
 	return p;
 }
 
-/* With per-peer caps (pd_rx_opts: peer_max_requests, peer_max_slots). */
-static inline struct rx_fx *rxf_create_caps(uint32_t nslots, uint32_t max_requests,
-					    uint32_t peer_max_requests, uint32_t peer_max_slots)
+/* With per-peer caps (pd_rx_opts: peer_max_requests, peer_max_slots) and
+ * preemption after preempt_idle_ns (0: none). */
+static inline struct rx_fx *rxf_create_share(uint32_t nslots, uint32_t max_requests,
+					     uint32_t peer_max_requests, uint32_t peer_max_slots,
+					     uint64_t preempt_idle_ns)
 {
 	struct rx_fx *f = calloc(1, sizeof(*f));
 	int64_t plen = pd_pool_memsize(nslots), ilen = pd_index_memsize(1024);
@@ -106,7 +108,7 @@ static inline struct rx_fx *rxf_create_caps(uint32_t nslots, uint32_t max_reques
 				.admission_timeout_ns = RXF_ADMIT_NS, .ttl_ns = RXF_TTL_NS,
 				.tombstone_ns = RXF_TOMB_NS, .max_held_bytes = 1u << 20,
 				.peer_max_requests = peer_max_requests,
-				.peer_max_slots = peer_max_slots };
+				.peer_max_slots = peer_max_slots, .preempt_idle_ns = preempt_idle_ns };
 
 	assert_non_null(f);
 	f->nslots = nslots;
@@ -122,6 +124,12 @@ static inline struct rx_fx *rxf_create_caps(uint32_t nslots, uint32_t max_reques
 	assert_int_equal(pd_rx_create(&o, &f->rx), 0);
 	f->now = 1000;
 	return f;
+}
+
+static inline struct rx_fx *rxf_create_caps(uint32_t nslots, uint32_t max_requests,
+					    uint32_t peer_max_requests, uint32_t peer_max_slots)
+{
+	return rxf_create_share(nslots, max_requests, peer_max_requests, peer_max_slots, 0);
 }
 
 static inline struct rx_fx *rxf_create(uint32_t nslots, uint32_t max_requests)

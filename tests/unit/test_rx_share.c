@@ -23,6 +23,17 @@ static int32_t answer(struct rx_fx *f, uint32_t peer, uint64_t seq)
 	return r ? r->err : 1;
 }
 
+static uint32_t state_of_req(struct rx_fx *f, const char *req)
+{
+	return pd_rx_state(f->rx, (const uint8_t *)req, (uint32_t)strlen(req), NULL, NULL);
+}
+
+static int32_t last_err(struct rx_fx *f)
+{
+	assert_true(f->nfailed > 0);
+	return f->failed_err[(f->nfailed - 1) % RX_MAX_LOG];
+}
+
 /* Fair share of 8 requests: alone, a peer may hold 8 / 2 = 4, tombstones
  * included; a second peer then gets its share (8 / 3 = 2) however many the
  * first holds; the first's share shrinks to 2 too. */
@@ -133,6 +144,61 @@ static void test_expiry_in_slices(void **state)
 	rxf_destroy(f);
 }
 
+#define SEC 1000000000ull
+
+/* Peer 1 holds all 8 slots with requests it never writes; peer 2's request
+ * waits. Once it waited 1 s and peer 1's requests sat idle 5 s, the least
+ * recently active of them fail -EBUSY until peer 2's fits, and it is
+ * admitted; nothing is preempted before that, nor from a peer that holds
+ * no more than its share (8 / 2). */
+static void test_idle_hog_preempted_for_a_starved_peer(void **state)
+{
+	struct rx_fx *f = rxf_create_share(8, 64, 0, 0, 5 * SEC);
+	char id[16];
+
+	(void)state;
+	for (uint32_t i = 0; i < 4; i++) {
+		(void)snprintf(id, sizeof(id), "h%u", i);
+		assert_int_equal(batch(f, id, 1, i + 1, 2), 0);
+		f->now += 1000;                               /* h0 least recently active */
+	}
+	assert_int_equal(batch(f, "b", 2, 1, 3), 1);          /* waits */
+	f->now += 2 * SEC;
+	(void)pd_rx_tick(f->rx, f->now);                      /* hog idle only 2 s */
+	assert_int_equal(rxf_stats(f).preempted, 0);
+	f->now += 3 * SEC + 1000000;
+	(void)pd_rx_tick(f->rx, f->now);
+	assert_int_equal(rxf_stats(f).preempted, 2);          /* h0, h1: 4 slots */
+	assert_int_equal(state_of_req(f, "h0"), PD_RX_ENDED);
+	assert_int_equal(state_of_req(f, "h1"), PD_RX_ENDED);
+	assert_int_equal(state_of_req(f, "h2"), PD_RX_ACTIVE);
+	assert_int_equal(last_err(f), -EBUSY);
+	assert_int_equal(answer(f, 2, 1), 0);                 /* admitted */
+	assert_int_equal(batch(f, "c", 2, 2, 2), 1);          /* 1 slot free */
+	f->now += 2 * SEC;
+	(void)pd_rx_tick(f->rx, f->now);
+	assert_int_equal(rxf_stats(f).preempted, 2);          /* peer 1 holds its 8 / 2 only */
+	assert_int_equal(state_of_req(f, "h2"), PD_RX_ACTIVE);
+	assert_int_equal(answer(f, 2, 2), 1);
+	rxf_check(f);
+	rxf_destroy(f);
+}
+
+/* Without preemption (the default of the engine) the hog keeps its slots. */
+static void test_no_preemption_when_off(void **state)
+{
+	struct rx_fx *f = rxf_create(8, 64);
+
+	(void)state;
+	assert_int_equal(batch(f, "h", 1, 1, 8), 0);
+	assert_int_equal(batch(f, "b", 2, 1, 1), 1);
+	f->now += 20 * SEC;
+	(void)pd_rx_tick(f->rx, f->now);
+	assert_int_equal(rxf_stats(f).preempted, 0);
+	assert_int_equal(answer(f, 2, 1), 1);
+	rxf_destroy(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -140,6 +206,8 @@ int main(void)
 		cmocka_unit_test(test_peer_slot_cap),
 		cmocka_unit_test(test_backlog_does_not_hold_another_peer),
 		cmocka_unit_test(test_expiry_in_slices),
+		cmocka_unit_test(test_idle_hog_preempted_for_a_starved_peer),
+		cmocka_unit_test(test_no_preemption_when_off),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
