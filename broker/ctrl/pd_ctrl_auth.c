@@ -127,6 +127,7 @@ static void zap_one(struct pd_ctrl *c, struct zap_req *r)
 		return;
 	}
 	c->st.auth_ok++;
+	PD_LOG(INFO, ctl, "control connection from %s: key %.8s... of %s", addr, e->z85, e->name);
 	zap_reply(c, r, "200", "OK", e->z85);
 }
 
