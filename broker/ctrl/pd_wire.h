@@ -64,7 +64,7 @@
 
 #include <pdkv/types.h>
 
-#define PD_WIRE_PROTO       2u       /* 2: Reserve */
+#define PD_WIRE_PROTO       3u       /* 2: Reserve; 3: data_secret, resume, generations */
 #define PD_WIRE_MAX_MSG     (4u << 20)
 #define PD_WIRE_MAX_KEYS    4096u
 #define PD_WIRE_MAX_DEPTH   8u       /* containers nested, the top-level map counting 1 */

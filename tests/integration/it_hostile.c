@@ -139,7 +139,8 @@ static void test_raw_writes_to_ungranted_slots(void **state)
 	it_raw_frame(fd, PD_TCP_T_DATA, 1, 0, 0x5eed, 4096);
 	it_expect_closed(fd);
 	fd = it_raw_connect(port);                          /* not even a frame */
-	(void)!write(fd, "GET / HTTP/1.0\r\nHost: pdkv\r\nUser-Agent: nobody-at-all\r\n\r\n", 58);
+	(void)!send(fd, "GET / HTTP/1.0\r\nHost: pdkv\r\nUser-Agent: nobody-at-all\r\n\r\n", 58,
+		    MSG_NOSIGNAL);
 	it_expect_closed(fd);
 	after = it_arena_copy(&t->d, &n2);
 	assert_int_equal(n1, n2);

@@ -67,11 +67,12 @@ static inline void it_raw_frame(int fd, uint16_t type, uint32_t slot, uint32_t g
 
 	pd_tcp_hdr_encode(&h, b);
 	memset(payload, 0xee, sizeof(payload));
-	(void)!write(fd, b, sizeof(b));
+	/* MSG_NOSIGNAL: the broker may close first, which is what is tested */
+	(void)!send(fd, b, sizeof(b), MSG_NOSIGNAL);
 	for (uint32_t left = len; left;) {
 		uint32_t n = left < sizeof(payload) ? left : (uint32_t)sizeof(payload);
 
-		if (write(fd, payload, n) != (ssize_t)n)
+		if (send(fd, payload, n, MSG_NOSIGNAL) != (ssize_t)n)
 			break; /* refused and closed: the caller looks */
 		left -= n;
 	}
