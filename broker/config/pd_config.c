@@ -19,6 +19,7 @@
 #include "pd_config_int.h"
 #include "pd_rundir.h"
 #include "pd_log.h"
+#include "pd_text.h"
 
 #define MS  UINT64_C(1000000)
 #define SEC UINT64_C(1000000000)
@@ -196,18 +197,6 @@ int pd_config_parse_args(struct pd_config *cfg, int argc, char *const argv[], ch
 	return 0;
 }
 
-static char *trim(char *s)
-{
-	size_t n;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	n = strlen(s);
-	while (n && strchr(" \t\r\n", s[n - 1]))
-		s[--n] = '\0';
-	return s;
-}
-
 /* One line of a config file; the message has no file or line yet. */
 static int load_line(struct pd_config *c, char *line, size_t n, char *msg, size_t msglen)
 {
@@ -218,14 +207,14 @@ static int load_line(struct pd_config *c, char *line, size_t n, char *msg, size_
 		return pd_cfg_fail(msg, msglen, "line longer than %d bytes", LINE_MAX_LEN);
 	if (strlen(line) != n)
 		return pd_cfg_fail(msg, msglen, "NUL byte in line");
-	s = trim(line);
+	s = pd_text_trim(line);
 	if (*s == '\0' || *s == '#')
 		return 0;
 	eq = strchr(s, '=');
 	if (!eq || eq == s)
 		return pd_cfg_fail(msg, msglen, "expected 'key = value', got '%s'", s);
 	*eq = '\0';
-	key = trim(s);
+	key = pd_text_trim(s);
 	if (key[0] == '-')
 		return pd_cfg_fail(msg, msglen, "write '%s' without the dashes", key);
 	d = find_def(key, strlen(key));
@@ -233,7 +222,7 @@ static int load_line(struct pd_config *c, char *line, size_t n, char *msg, size_
 		return pd_cfg_fail(msg, msglen, "unknown option --%s", key);
 	if (d->flags & PD_CFG_F_CLI)
 		return pd_cfg_fail(msg, msglen, "--%s: only on the command line", d->name);
-	return pd_cfg_set(d, c, trim(eq + 1), msg, msglen);
+	return pd_cfg_set(d, c, pd_text_trim(eq + 1), msg, msglen);
 }
 
 static int io_fail(char *err, size_t errlen, const char *what, const char *path, int rc)

@@ -28,6 +28,7 @@
 
 #include "pd_ctrl_int.h"
 #include "pd_err.h"
+#include "pd_text.h"
 
 #define FLAG_KEY    "--curve-key"
 #define FLAG_PEERS  "--curve-peers"
@@ -108,18 +109,6 @@ int pd_ctrl_keygen(const char *path, char pub[41], char *err, size_t errlen)
 	return 0;
 }
 
-static char *trim(char *s)
-{
-	size_t n;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	n = strlen(s);
-	while (n && strchr(" \t\r\n", s[n - 1]))
-		s[--n] = '\0';
-	return s;
-}
-
 /* ---- the key pair ------------------------------------------------------------------ */
 
 /* A secret key must be the owner's alone. */
@@ -146,7 +135,7 @@ static int check_mode(FILE *f, const char *path, char *err, size_t errlen)
 /* "public-key = K" or "secret-key = K" into the pair; what is missing counted. */
 static int pair_line(struct pd_ctrl_keys *k, char *line, uint32_t *have, char *msg, size_t mlen)
 {
-	char *s = trim(line), *eq = strchr(s, '='), *key, *val;
+	char *s = pd_text_trim(line), *eq = strchr(s, '='), *key, *val;
 	int pub;
 
 	if (*s == '\0' || *s == '#')
@@ -156,8 +145,8 @@ static int pair_line(struct pd_ctrl_keys *k, char *line, uint32_t *have, char *m
 		return -EINVAL;
 	}
 	*eq = '\0';
-	key = trim(s);
-	val = trim(eq + 1);
+	key = pd_text_trim(s);
+	val = pd_text_trim(eq + 1);
 	pub = strcmp(key, "public-key") == 0;
 	if (!pub && strcmp(key, "secret-key") != 0) {
 		pd_err_set(msg, mlen, "unknown key '%s' (public-key, secret-key)", key);

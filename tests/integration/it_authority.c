@@ -76,21 +76,6 @@ static void expect_cancel_ack(struct pd_fake_peer *f)
 	assert_int_equal(m.u.alloc_resp.n, 0);
 }
 
-/* Half of a 4-chunk request from the legitimate prefill broker: live at D. */
-static void half_sent(struct it *t, const char *req)
-{
-	assert_int_equal(it_put(t, req, 0, 2, 4), 0);
-	assert_true(it_wait_stat(&t->d, "rx.granted", 2) >= 2);
-}
-
-static void finish_and_verify(struct it *t, const char *req)
-{
-	assert_int_equal(it_put(t, req, 2, 2, 4), 0);
-	it_expect_event(t, req, PD_EV_PUT_DONE);
-	it_verify(t, req, 4);
-	assert_int_equal(pd_recv_release(t->da, req), 0);
-}
-
 /* A stranger cancels a request of the prefill broker: refused, counted,
  * acknowledged; the request completes, every byte right. */
 static void test_strangers_cancel_refused(void **state)
@@ -100,12 +85,12 @@ static void test_strangers_cancel_refused(void **state)
 
 	(void)state;
 	stranger_open(&s, t);
-	half_sent(t, "victim");
+	it_half_put(t, "victim");
 	send_cancel(&s, "victim");
 	expect_cancel_ack(&s);
 	assert_int_equal(it_wait_stat(&t->d, "rx.rejected_foreign", 1), 1);
 	assert_int_equal(it_stat(&t->d, "rx.cancelled"), 0);
-	finish_and_verify(t, "victim");
+	it_half_finish(t, "victim");
 	pd_fake_close(&s);
 	it_stop(t, 0);
 }
@@ -119,14 +104,14 @@ static void test_strangers_batches_refused(void **state)
 
 	(void)state;
 	stranger_open(&s, t);
-	half_sent(t, "victim");
+	it_half_put(t, "victim");
 	send_alloc(&s, 7, "victim", 2, 4);                 /* rank 0: the prefill's */
 	assert_int_equal(alloc_answer(&s, 7), -EPERM);
 	send_alloc(&s, 8, "victim", 0, 9);                 /* other totals */
 	assert_int_equal(alloc_answer(&s, 8), -EPERM);
 	assert_int_equal(it_wait_stat(&t->d, "rx.rejected_foreign", 2), 2);
 	assert_int_equal(it_stat(&t->d, "rx.proto_errors"), 0);
-	finish_and_verify(t, "victim");
+	it_half_finish(t, "victim");
 	pd_fake_close(&s);
 	it_stop(t, 0);
 }

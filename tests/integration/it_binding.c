@@ -77,21 +77,6 @@ static int write_one(const struct peer *p, int32_t slot, uint32_t gen)
 	return rc;
 }
 
-/* Half of a legitimate request: live at D, its slots granted. */
-static void legit_half(struct it *t, const char *req)
-{
-	assert_int_equal(it_put(t, req, 0, 2, 4), 0);
-	assert_true(it_wait_stat(&t->d, "rx.granted", 2) >= 2);
-}
-
-static void legit_rest(struct it *t, const char *req)
-{
-	assert_int_equal(it_put(t, req, 2, 2, 4), 0);
-	it_expect_event(t, req, PD_EV_PUT_DONE);
-	it_verify(t, req, 4);
-	assert_int_equal(pd_recv_release(t->da, req), 0);
-}
-
 /* Every slot but the stranger's own is the same in both copies. */
 static void arena_same_but(const void *a, const void *b, size_t n, int32_t own)
 {
@@ -115,7 +100,7 @@ static void test_other_slots_and_generations_refused(void **state)
 
 	(void)state;
 	peer_open(&p, t);
-	legit_half(t, "legit");
+	it_half_put(t, "legit");
 	grant(&p, "mine", &slot, &gen);
 	before = it_arena_copy(&t->d, &n1);
 	for (int32_t s = 0; s < 16; s++) {
@@ -135,7 +120,7 @@ static void test_other_slots_and_generations_refused(void **state)
 	free(after);
 	after = it_arena_copy(&t->d, &n2);
 	arena_same_but(before, after, n1, slot);
-	legit_rest(t, "legit");
+	it_half_finish(t, "legit");
 	free(before);
 	free(after);
 	pd_fake_close(&p.f);
@@ -196,8 +181,8 @@ static void test_ended_session_fenced(void **state)
 	again = it_raw_connect(p.port);
 	assert_true(it_raw_hello(again, p.secret) < 0);       /* refused (or closed) */
 	(void)close(again);
-	legit_half(t, "legit");
-	legit_rest(t, "legit");
+	it_half_put(t, "legit");
+	it_half_finish(t, "legit");
 	pd_fake_close(&p.f);
 	it_stop(t, 0);
 }

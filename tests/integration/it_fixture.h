@@ -344,6 +344,23 @@ static inline uint64_t it_wait_stat(const struct pd_test_broker *b, const char *
 	return v;
 }
 
+/* The first half of a 4-chunk request from the prefill broker: once its
+ * slots are granted it is live at the decode broker, half written. */
+static inline void it_half_put(struct it *t, const char *req)
+{
+	assert_int_equal(it_put(t, req, 0, 2, 4), 0);
+	assert_true(it_wait_stat(&t->d, "rx.granted", 2) >= 2);
+}
+
+/* Its second half; PUT_DONE, every byte verified at the decode side, released. */
+static inline void it_half_finish(struct it *t, const char *req)
+{
+	assert_int_equal(it_put(t, req, 2, 2, 4), 0);
+	it_expect_event(t, req, PD_EV_PUT_DONE);
+	it_verify(t, req, 4);
+	assert_int_equal(pd_recv_release(t->da, req), 0);
+}
+
 /* pd_test_broker_start() waits for the attach socket; the admin socket
  * may come a moment later: wait until it listens (its mode and group are
  * set before that). */

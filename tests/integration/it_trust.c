@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Trust between brokers, on real brokers (issue 12, the control plane):
+ * Trust between brokers, on real brokers (the control plane):
  * the data-plane token anyone could derive is refused; a Hello under a
  * live broker's name does not take its session over (its requests go on);
  * a flood of Hellos under distinct names does not fill the peer table for
@@ -19,6 +19,7 @@
 #include <zmq.h>
 
 #include "it_fixture.h"
+#include "it_raw.h"
 #include "pd_curve_fixture.h"
 #include "pd_proto.h"
 #include "pd_segment.h"
@@ -307,55 +308,16 @@ static void raw_expect_error(struct raw *r, const char *why)
 	pd_wire_dec_fini(&d);
 }
 
-/* The data port b bound (from its log). */
-static int data_port(const struct pd_test_broker *b)
-{
-	char line[512];
-	FILE *f = fopen(b->log, "r");
-	int port = -1;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		const char *p = strstr(line, ", data 127.0.0.1:");
-
-		if (p)
-			port = atoi(p + strlen(", data 127.0.0.1:"));
-	}
-	if (f)
-		(void)fclose(f);
-	return port;
-}
-
 /* A data connection presenting token: the receiver's HELLO status. */
 static int32_t data_hello(int port, uint64_t token)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(0x7f000001) };
-	struct pd_tcp_hdr h = { .magic = PD_TCP_MAGIC, .version = PD_TCP_WIRE_VERSION,
-				.type = PD_TCP_T_HELLO, .gen = 1, .tag = token };
-	struct pollfd p = { .events = POLLIN };
-	uint8_t b[PD_TCP_HDR_SIZE];
-	size_t got = 0;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = it_raw_connect(port), st = it_raw_hello(fd, token);
 
-	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	pd_tcp_hdr_encode(&h, b);
-	assert_int_equal(write(fd, b, sizeof(b)), (ssize_t)sizeof(b));
-	p.fd = fd;
-	while (got < sizeof(b) && poll(&p, 1, 3000) > 0) {
-		ssize_t n = read(fd, b + got, sizeof(b) - got);
-
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
 	(void)close(fd);
-	assert_int_equal(got, sizeof(b));
-	assert_int_equal(pd_tcp_hdr_decode(b, 0, &h), 0);
-	return h.status;
+	return st;
 }
 
-/* The token pdkv derived before issue 12: anyone could compute it. */
+/* The token pdkv derived before data secrets: anyone could compute it. */
 static uint64_t derived_token(const struct pd_test_broker *b)
 {
 	return pd_req_tag(b->name, (uint32_t)strlen(b->name)) ^
@@ -445,7 +407,7 @@ static void test_keygen_and_bad_files(void **state)
 static void test_derived_token_refused(void **state)
 {
 	struct it *t = it_start(8, 16);
-	int port = data_port(&t->d);
+	int port = it_data_port(&t->d);
 	uint64_t before;
 	struct pd_run_result r = { 0 };
 

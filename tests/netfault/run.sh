@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 #
-# Network faults between real brokers (issue 12, "network faults"): a
+# Network faults between real brokers: a
 # prefill and a decode pdbroker, each in a network namespace made here,
 # joined by a veth pair; pdbench, attached to them, moves requests (every
 # byte verified at the decode side) before, during and after a fault.
