@@ -76,44 +76,52 @@ static void expect_cancel_ack(struct pd_fake_peer *f)
 	assert_int_equal(m.u.alloc_resp.n, 0);
 }
 
-/* A stranger cancels a request of the prefill broker: refused, counted,
- * acknowledged; the request completes, every byte right. */
-static void test_strangers_cancel_refused(void **state)
+/* A stranger tries its hand at a request of the prefill broker, half
+ * written; then the request completes, every byte right. */
+static void against_a_live_request(void (*try)(struct it *t, struct pd_fake_peer *s))
 {
 	struct it *t = start_with(NULL);
 	struct pd_fake_peer s;
 
-	(void)state;
 	stranger_open(&s, t);
 	it_half_put(t, "victim");
-	send_cancel(&s, "victim");
-	expect_cancel_ack(&s);
-	assert_int_equal(it_wait_stat(&t->d, "rx.rejected_foreign", 1), 1);
-	assert_int_equal(it_stat(&t->d, "rx.cancelled"), 0);
+	try(t, &s);
 	it_half_finish(t, "victim");
 	pd_fake_close(&s);
 	it_stop(t, 0);
 }
 
-/* A stranger sends a batch for a rank the prefill broker holds, and one
- * with other totals: both refused -EPERM and counted; the request goes on. */
-static void test_strangers_batches_refused(void **state)
+/* Its cancel: refused, counted, acknowledged. */
+static void cancel_it(struct it *t, struct pd_fake_peer *s)
 {
-	struct it *t = start_with(NULL);
-	struct pd_fake_peer s;
+	send_cancel(s, "victim");
+	expect_cancel_ack(s);
+	assert_int_equal(it_wait_stat(&t->d, "rx.rejected_foreign", 1), 1);
+	assert_int_equal(it_stat(&t->d, "rx.cancelled"), 0);
+}
 
-	(void)state;
-	stranger_open(&s, t);
-	it_half_put(t, "victim");
-	send_alloc(&s, 7, "victim", 2, 4);                 /* rank 0: the prefill's */
-	assert_int_equal(alloc_answer(&s, 7), -EPERM);
-	send_alloc(&s, 8, "victim", 0, 9);                 /* other totals */
-	assert_int_equal(alloc_answer(&s, 8), -EPERM);
+/* A batch for the rank the prefill broker holds, and one with other
+ * totals: both refused -EPERM and counted, no protocol error. */
+static void break_it(struct it *t, struct pd_fake_peer *s)
+{
+	send_alloc(s, 7, "victim", 2, 4);
+	assert_int_equal(alloc_answer(s, 7), -EPERM);
+	send_alloc(s, 8, "victim", 0, 9);
+	assert_int_equal(alloc_answer(s, 8), -EPERM);
 	assert_int_equal(it_wait_stat(&t->d, "rx.rejected_foreign", 2), 2);
 	assert_int_equal(it_stat(&t->d, "rx.proto_errors"), 0);
-	it_half_finish(t, "victim");
-	pd_fake_close(&s);
-	it_stop(t, 0);
+}
+
+static void test_strangers_cancel_refused(void **state)
+{
+	(void)state;
+	against_a_live_request(cancel_it);
+}
+
+static void test_strangers_batches_refused(void **state)
+{
+	(void)state;
+	against_a_live_request(break_it);
 }
 
 /* A peer cancelling its own request is obeyed and acknowledged (a sender
