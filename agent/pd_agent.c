@@ -75,6 +75,14 @@ static void close_fds(int *fds, uint32_t n)
 			(void)close(fds[i]);
 }
 
+/* The regions an agent writes: the pools' mutexes and condvars, the send
+ * pool it allocates from, its rings and pin journal, the recv index it
+ * pins in, and the send arena it fills. The rest (header, recv pool and
+ * arena, statistics) it only reads. */
+#define AG_RW_REGIONS                                                                   \
+	((1u << PD_REGION_CONTROL) | (1u << PD_REGION_SEND_POOL) | (1u << PD_REGION_AGENTS) | \
+	 (1u << PD_REGION_RECV_INDEX) | (1u << PD_REGION_SEND_ARENA))
+
 /* Map the segment the broker sent and find our rings in it. */
 static int map_segment(struct pd_agent *a, int seg_fd, const struct pd_attach_ack *ack)
 {
@@ -87,6 +95,13 @@ static int map_segment(struct pd_agent *a, int seg_fd, const struct pd_attach_ac
 	    pd_layout_open(&seg, &a->shm, NULL, 0) < 0) {
 		pd_segment_destroy(&seg);
 		return -EPROTO;
+	}
+	/* What only the broker writes is read-only here: a stray write of this
+	 * process faults in it, not in the broker or the other agents. */
+	rc = pd_segment_protect(&a->shm.seg, AG_RW_REGIONS);
+	if (rc < 0 && rc != -ENOTSUP) {
+		pd_layout_close(&a->shm);
+		return rc;
 	}
 	rc = ack->agent_id >= 1 && ack->agent_id <= a->shm.max_agents ?
 	     pd_layout_rings(&a->shm, ack->agent_id - 1, &a->sq, &a->cq) : -EPROTO;

@@ -43,7 +43,7 @@ int pd_segment_path(const char *name, char *buf, size_t len)
 static uint64_t region_align(uint32_t id)
 {
 	return id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA ? PD_ARENA_ALIGN
-									 : PD_REGION_ALIGN;
+									 : PD_REGION_PAGE;
 }
 
 /* Lay out the regions after the header; returns the total size or 0. */
@@ -62,9 +62,9 @@ static uint64_t layout(const struct pd_segment_opts *o, struct pd_shm_region *r)
 		off = PD_ALIGN_UP(off, region_align(i));
 		r[i].off = off;
 		r[i].len = len;
-		off += PD_ALIGN_UP(len, (uint64_t)PD_REGION_ALIGN);
+		off += PD_ALIGN_UP(len, (uint64_t)PD_REGION_PAGE);
 	}
-	return PD_ALIGN_UP(off, (uint64_t)4096);
+	return PD_ALIGN_UP(off, (uint64_t)PD_REGION_PAGE);
 }
 
 static int read_hdr(int fd, struct pd_shm_hdr *h)

@@ -80,6 +80,15 @@ int pd_segment_validate(const struct pd_shm_hdr *h, size_t maplen, char *err, si
 /* Base of region id, or NULL when absent; *len gets its length. */
 void *pd_segment_region(const struct pd_segment *s, uint32_t id, size_t *len);
 
+/**
+ * Make the header and every region not in rw (bit 1u << PD_REGION_*)
+ * read-only in this mapping: a stray write there faults in this process
+ * instead of corrupting what the broker and the other agents rely on.
+ * @return 0; -ENOTSUP a region is not on pages of its own (an older
+ *         layout: nothing changed); -errno of mprotect.
+ */
+int pd_segment_protect(struct pd_segment *s, uint32_t rw);
+
 /* Unmap and close; the creator also unlinks the name, if the name still
  * refers to its own segment. NULL-safe. */
 void pd_segment_destroy(struct pd_segment *s);

@@ -230,3 +230,29 @@ void pd_segment_destroy(struct pd_segment *s)
 	s->hdr = NULL;
 	s->fd = -1;
 }
+
+/* The pages of [off, off + len), or -ENOTSUP when off is not page aligned. */
+static int protect_range(struct pd_segment *s, uint64_t off, uint64_t len)
+{
+	uint64_t n = PD_ALIGN_UP(len, (uint64_t)PD_REGION_PAGE);
+
+	if (off % PD_REGION_PAGE || off + n > s->len)
+		return -ENOTSUP;
+	return mprotect((uint8_t *)s->base + off, (size_t)n, PROT_READ) ? -errno : 0;
+}
+
+int pd_segment_protect(struct pd_segment *s, uint32_t rw)
+{
+	int rc;
+
+	if (!s || !s->base)
+		return -EINVAL;
+	for (uint32_t i = 0; i < PD_REGION_MAX; i++) /* all page aligned, or none touched */
+		if (s->regions[i].len && s->regions[i].off % PD_REGION_PAGE)
+			return -ENOTSUP;
+	rc = protect_range(s, 0, PD_SHM_HDR_SIZE);
+	for (uint32_t i = 0; rc == 0 && i < PD_REGION_MAX; i++)
+		if (s->regions[i].len && !(rw & (1u << i)))
+			rc = protect_range(s, s->regions[i].off, s->regions[i].len);
+	return rc;
+}

@@ -40,7 +40,9 @@
 #define PD_REGION_STATS      7u /* struct pd_stats: what pdctl reads (pd_stats.h) */
 #define PD_REGION_MAX        8u
 
-#define PD_REGION_ALIGN 64u
+#define PD_REGION_ALIGN 64u        /* what an attacher accepts */
+#define PD_REGION_PAGE  4096u      /* what the broker lays out: each region on its
+				    * own pages, so an agent can map some read-only */
 #define PD_ARENA_ALIGN  (2u << 20)
 
 /* Indices of the live statistics in the header (atomic, relaxed). */
