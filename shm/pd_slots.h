@@ -9,7 +9,10 @@
  * - All-or-nothing allocation of n slots, waiting until a deadline; waiters
  *   are served strictly FIFO (a ticket each), so a large request is never
  *   starved by a stream of small ones; a waiter can be cancelled by its
- *   request tag (-ECANCELED).
+ *   request tag (-ECANCELED). A waiter that has not looked at the queue for
+ *   PD_POOL_STALE_MS (a process stopped by a debugger or SIGSTOP) keeps its
+ *   ticket but is passed over until it looks again: it cannot hold the
+ *   head while it does not run.
  * - Every slot has a 64-byte descriptor in the pool's control region (never
  *   in the payload arena): state, owner, generation (bumped on each reuse),
  *   request tag. References carry the generation; stale ones are refused.
@@ -35,6 +38,8 @@
 #define PD_POOL_MAX_WAITERS 128u
 #define PD_POOL_LOCK_MS     5000u /* bound on lock waits of calls without a deadline */
 #define PD_POOL_SLICE_MS    200u  /* a waiter re-checks the queue at least this often */
+#define PD_POOL_STALE_MS    1000u /* one that did not for this long (stopped, or not
+				   * scheduled) is passed over until it looks again */
 #define PD_POOL_OWNER_NONE  UINT32_MAX /* lock holder not acting for an owner */
 
 /* Slot states. Send pool: FREE -> LOANED -> QUEUED -> IN_FLIGHT -> FREE.
@@ -69,7 +74,10 @@ struct pd_pool_waiter {
 	int32_t  pid;
 	uint32_t n;
 	uint32_t cancelled;
+	uint64_t seen_ns; /* CLOCK_MONOTONIC: when it last looked at the queue */
+	uint64_t _rsvd;
 };
+_Static_assert(sizeof(struct pd_pool_waiter) == 48, "waiter ABI");
 
 struct pd_pool_counters {
 	_Atomic uint64_t in_use;      /* gauge */

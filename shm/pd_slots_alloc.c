@@ -214,20 +214,29 @@ static struct pd_pool_waiter *waiter_add(struct pd_pool_shm *s, const struct pd_
 		if (w->ticket)
 			continue;
 		*w = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .tag = who->tag,
-					      .owner = who->owner, .pid = who->pid, .n = n };
+					      .owner = who->owner, .pid = who->pid, .n = n,
+					      .seen_ns = pd_now_ns() };
 		s->nwaiters++;
 		return w;
 	}
 	return NULL;
 }
 
-/* FIFO: only the oldest waiter may take slots. */
+/* A waiter that did not look at the queue for PD_POOL_STALE_MS. */
+static int is_stale(const struct pd_pool_waiter *w, uint64_t now_ns)
+{
+	return now_ns > w->seen_ns && now_ns - w->seen_ns > PD_POOL_STALE_MS * PD_NS_PER_MS;
+}
+
+/* FIFO: only the oldest waiter that still runs may take slots. */
 static int is_head(const struct pd_pool_shm *s, uint64_t ticket)
 {
+	uint64_t now = pd_now_ns();
+
 	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
 		uint64_t t = s->waiters[i].ticket;
 
-		if (t && t < ticket)
+		if (t && t < ticket && !is_stale(&s->waiters[i], now))
 			return 0;
 	}
 	return 1;
@@ -326,6 +335,8 @@ static int wait_and_take(struct pd_pool *p, const struct pd_pool_who *who, uint3
 		if (pd_sync_lost(rc))
 			return rc; /* mutex not held: leave the entry to repair */
 		set_holder(s, who->owner);
+		if (w->ticket == ticket)
+			w->seen_ns = pd_now_ns(); /* running: not to be passed over */
 		if (rc == 0)
 			rc = still_wanted(p, who);
 		if (pd_sync_lost(rc))
@@ -362,8 +373,8 @@ int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 	}
 	if (s->nwaiters && s->nfree >= n)
 		drop_dead_ahead(s, UINT64_MAX); /* a queue of dead waiters blocks no one */
-	if (s->nwaiters == 0 && s->nfree >= n) {
-		rc = take(p, who, n, out);
+	if (s->nfree >= n && (s->nwaiters == 0 || is_head(s, UINT64_MAX))) {
+		rc = take(p, who, n, out); /* nobody waits, or only waiters not running */
 	} else if (deadline_ns == 0) {
 		pd_stat_add(&s->stats.refused, 1);
 		rc = -ENOBUFS;

@@ -22,8 +22,8 @@ extern "C" {
 /* ABI of the shared-memory segment between broker and agents. An agent
  * refuses a segment whose major differs or whose minor is lower than it
  * needs. */
-#define PD_SHM_ABI_MAJOR 1
-#define PD_SHM_ABI_MINOR 2
+#define PD_SHM_ABI_MAJOR 2
+#define PD_SHM_ABI_MINOR 0
 
 /**
  * Version of the library as a string, e.g. "0.1.0".

@@ -237,7 +237,8 @@ static void test_waiters_full(void **state)
 	assert_true(pd_pool_lock(&f->p, 1, pd_deadline_ms(1000)) >= 0);
 	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++)
 		s->waiters[i] = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .owner = 99,
-							 .pid = (int32_t)getpid(), .n = 1 };
+							 .pid = (int32_t)getpid(), .n = 1,
+							 .seen_ns = pd_now_ns() }; /* running */
 	s->nwaiters = PD_POOL_MAX_WAITERS;
 	pd_pool_unlock(&f->p);
 	t0 = pd_now_ns();

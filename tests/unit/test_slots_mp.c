@@ -403,6 +403,36 @@ static void test_mp_cancel(void **state)
 	assert_int_equal(pd_pool_nfree(&f->p), f->nslots);
 }
 
+/* A waiter that does not run (SIGSTOP) cannot hold the head: one behind it
+ * that fits is served once the stopped one has not looked at the queue for
+ * PD_POOL_STALE_MS; the stopped one, continued, keeps its ticket and is
+ * served next. */
+static void test_mp_stopped_head_passed_over(void **state)
+{
+	struct fx *f = *state;
+	struct job a = { .f = f, .id = 1, .n = 8, .tag = 1, .timeout_ms = 20000 };
+	struct job b = { .f = f, .id = 2, .n = 2, .tag = 2, .timeout_ms = 5000 };
+	pd_slot_ref r[16];
+	uint64_t waited;
+	pid_t pa, pb;
+
+	alloc_ok(f, 9, f->nslots, r);
+	assert_int_equal(pd_pool_free(&f->p, r, 4), 0);        /* 4 free: A wants 8 */
+	pa = spawn_waiter(f, &a, 1);
+	assert_int_equal(kill(pa, SIGSTOP), 0);
+	pb = spawn_waiter(f, &b, 2);
+	assert_int_equal(reap(f, pb, 4000), 0);               /* served past A */
+	waited = atomic_load(&f->x->wait_ns);
+	assert_true(waited >= (PD_POOL_STALE_MS - 300) * PD_NS_PER_MS);
+	assert_true(waited < 3 * PD_NS_PER_S);
+	assert_int_equal(atomic_load(&f->x->order[2]), 1);
+	assert_int_equal(kill(pa, SIGCONT), 0);
+	assert_int_equal(pd_pool_free(&f->p, r + 4, f->nslots - 4), 0);
+	assert_int_equal(reap(f, pa, CHILD_MS), 0);           /* its turn kept */
+	assert_int_equal(atomic_load(&f->x->order[1]), 2);
+	assert_int_equal(pd_pool_nfree(&f->p), f->nslots);
+}
+
 /* ---- processes: a waiter killed while blocked --------------------------------- */
 
 static int child_reclaim(void *arg)
@@ -507,6 +537,7 @@ int main(void)
 		POOL_TEST(test_mp_waiter_woken, 8),
 		POOL_TEST(test_mp_fifo, 8),
 		POOL_TEST(test_mp_cancel, 8),
+		POOL_TEST(test_mp_stopped_head_passed_over, 8),
 		POOL_TEST(test_mp_dead_waiter, 8),
 		POOL_TEST(test_mp_dead_waiter_dropped, 8),
 		POOL_TEST(test_mp_dead_waiter_nonblocking, 8),
