@@ -92,12 +92,10 @@ static void on_signal(void *ctx)
 
 static int make_rundir(struct pd_broker *b, char *err, size_t errlen)
 {
-	int n;
+	int n, rc = pd_rundir_make(b->cfg.rundir, b->gid, err, errlen); /* --group's too */
 
-	if (mkdir(b->cfg.rundir, 0770) < 0 && errno != EEXIST) {
-		pd_err_set(err, errlen, "--rundir %s: %s", b->cfg.rundir, pd_strerror(-errno));
-		return -errno;
-	}
+	if (rc < 0)
+		return rc;
 	n = snprintf(b->sock_path, sizeof(b->sock_path), "%s/%s.sock", b->cfg.rundir,
 		     b->cfg.name);
 	if (n < 0 || (size_t)n >= sizeof(b->sock_path)) {

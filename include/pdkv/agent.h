@@ -79,7 +79,8 @@ typedef void pd_agent_log_fn(void *ctx, int level, const char *msg);
 struct pd_agent_opts {
 	size_t opts_size;           /* the caller's sizeof(struct pd_agent_opts) */
 	const char *broker;         /* broker name; NULL: $PDKV_BROKER, else "default" */
-	const char *rundir;         /* NULL: $PDKV_RUNDIR, else the broker's default */
+	const char *rundir;         /* NULL: $PDKV_RUNDIR, else the user's default
+				     * rundir, then /run/pdkv (a root broker's) */
 	uint32_t roles;             /* PD_AGENT_SEND | PD_AGENT_RECV */
 	uint32_t tp_rank;
 	uint32_t tp_size;

@@ -74,7 +74,7 @@ static const char usage_text[] =
 	"                  segment is /dev/shm/pdkv.NAME\n"
 	"  --rundir DIR    where its admin socket DIR/NAME.admin is (default:\n"
 	"                  $PDKV_RUNDIR, else /run/pdkv for root, $XDG_RUNTIME_DIR/pdkv,\n"
-	"                  else /tmp/pdkv-UID)\n"
+	"                  else /tmp/pdkv-UID; not root, /run/pdkv next)\n"
 	"  --json          JSON output (one object; watch: one object per line)\n"
 	"  --timeout MS    how long to wait for the broker (default 2000)\n"
 	"  --help, --version\n"
