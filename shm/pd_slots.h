@@ -187,6 +187,24 @@ int pd_pool_cancel(struct pd_pool *p, uint64_t tag);
 /* Free every slot of owner and drop its waits (it died). @return slots freed. */
 int pd_pool_reclaim(struct pd_pool *p, uint32_t owner);
 
+/* A slot as the pool's only allocator knows it: PD_SLOT_FREE, or its state
+ * and generation. */
+struct pd_slot_truth {
+	uint32_t state;
+	uint32_t gen;
+};
+
+/**
+ * For a pool with one allocator that keeps its own record of every slot
+ * (the recv pool: the broker): make the descriptors say what truth() says
+ * (in-use slots get owner and this process), clear the waiter table (such
+ * a pool has no waiters; entries are writes of someone else) and rebuild
+ * the free stack. A generation is set only for a slot in use.
+ * @return descriptors that disagreed (0: none), or a lock error.
+ */
+int pd_pool_resync(struct pd_pool *p, uint32_t owner,
+		   void (*truth)(void *ctx, uint32_t idx, struct pd_slot_truth *t), void *ctx);
+
 /* Lock with the pool's repair; 0 or 1 (repaired) on success. The holder
  * is recorded so that its death can be repaired. For tests and batch ops. */
 int pd_pool_lock(struct pd_pool *p, uint32_t owner, uint64_t deadline_ns);

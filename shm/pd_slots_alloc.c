@@ -517,3 +517,47 @@ int pd_pool_reclaim(struct pd_pool *p, uint32_t owner)
 	pd_pool_unlock(p);
 	return (int)n;
 }
+
+/* Under the lock: make descriptor i say t. @return 1 when it did not. */
+static int resync_one(struct pd_pool *p, uint32_t i, uint32_t owner, const struct pd_slot_truth *t)
+{
+	struct pd_slot_desc *d = &p->desc[i];
+	int off = slot_state(d) != t->state;
+
+	if (t->state != PD_SLOT_FREE) {
+		off |= d->gen != t->gen || d->owner != owner;
+		d->gen = t->gen;
+		d->owner = owner;
+		d->pid = pd_self_pid();
+	}
+	slot_set_state(d, t->state);
+	return off;
+}
+
+int pd_pool_resync(struct pd_pool *p, uint32_t owner,
+		   void (*truth)(void *ctx, uint32_t idx, struct pd_slot_truth *t), void *ctx)
+{
+	struct pd_pool_shm *s;
+	int rc, n = 0;
+
+	if (!p || !truth)
+		return -EINVAL;
+	s = p->shm;
+	rc = lock_short(p, owner);
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < p->nslots; i++) {
+		struct pd_slot_truth t = { .state = PD_SLOT_FREE };
+
+		truth(ctx, i, &t);
+		n += resync_one(p, i, owner, &t);
+	}
+	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
+		n += s->waiters[i].ticket != 0;
+		s->waiters[i] = (struct pd_pool_waiter){ 0 };
+	}
+	n += s->nwaiters != 0;
+	rebuild(p);
+	pd_pool_unlock(p);
+	return n;
+}

@@ -321,6 +321,7 @@ int pd_rx_tick(struct pd_rx *rx, uint64_t now_ns)
 	pd_rx_settle(rx, now_ns);
 	expire_tombs(rx, now_ns);
 	n += (int)pd_rx_share_preempt(rx, now_ns);
+	pd_rx_scrub_tick(rx);
 	pd_rx_settle(rx, now_ns);
 	pd_rx_reap_zombies(rx);
 	pd_rx_settle(rx, now_ns); /* reaped slots may admit waiters */

@@ -139,6 +139,7 @@ struct pd_rx_stats {
 	uint64_t rejected_foreign;   /* a peer not part of a request tried to change it */
 	uint64_t rejected_peer_requests, rejected_peer_slots; /* over the peer's share */
 	uint64_t preempted;          /* failed -EBUSY for another peer's share */
+	uint64_t pool_repairs;       /* the recv pool's shared copy repaired from the records */
 	uint64_t proto_errors, grant_errors, late_putdone;
 	uint64_t live_requests, waiting_requests; /* gauges */
 };

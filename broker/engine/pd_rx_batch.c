@@ -316,10 +316,14 @@ static int publish(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc 
 	struct rx_chunk *c = &rx->chunks[slot];
 	struct pd_index_val v = { .req = r->tag, .slot = slot, .gen = PD_SLOT_REF_GEN(ref),
 				  .len = a->lens ? a->lens[pos] : 0, .state = PD_INDEX_PENDING };
+	int rc;
 
+	if (c->state != CHUNK_FREE) { /* handed out twice: the shared copy lies */
+		(void)pd_rx_scrub(rx, "a slot in use was handed out");
+		return -EIO;
+	}
 	/* Cannot overflow: batch_fits() bounds the request's chunks by need. */
-	int rc = pd_admit_use(&rx->adm, &r->adm, 1, 0);
-
+	rc = pd_admit_use(&rx->adm, &r->adm, 1, 0);
 	PD_ASSERT(rc == 0);
 	c->writer = r;
 	c->ref = ref;
@@ -350,8 +354,9 @@ static int grant_fresh(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_al
 	for (uint32_t i = 0; i < nfresh; i++) {
 		rc = publish(rx, r, a, rx->fresh[i], rx->refs[i]);
 		if (rc < 0) {
-			/* Slots after i were never held by the request: free them here. */
-			if (i + 1 < nfresh)
+			/* Slots after i were never held by the request: free them here
+			 * (after a repair they are free already: nothing to do). */
+			if (i + 1 < nfresh && rc != -EIO)
 				(void)pd_pool_free(rx->o.pool, rx->refs + i + 1, nfresh - i - 1);
 			return rc;
 		}

@@ -114,6 +114,7 @@ struct pd_rx {
 	uint32_t npeers_req;         /* peers holding a request */
 	uint32_t npeers_dem;         /* peers with demand */
 	uint32_t ntombs;
+	uint32_t scrub_ticks;
 	struct pd_stat_hist xfer_hist; /* admitted -> READY */
 	/* Scratch for one batch. */
 	int32_t *remote;
@@ -146,6 +147,13 @@ void pd_rx_share_admitted(struct pd_rx *rx, struct rx_req *r);
 /* A peer waits past its due while others sit on more than their share:
  * fail (-EBUSY) their longest idle admitted requests. @return how many. */
 uint32_t pd_rx_share_preempt(struct pd_rx *rx, uint64_t now_ns);
+
+/* pd_rx_scrub.c */
+/* Repair the recv pool's shared copy from the chunk records (why: for the
+ * log). @return entries that disagreed, or a lock error. */
+int pd_rx_scrub(struct pd_rx *rx, const char *why);
+/* Every tick: compare, now and then, and repair what disagrees. */
+void pd_rx_scrub_tick(struct pd_rx *rx);
 
 /* pd_rx_batch.c */
 int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
