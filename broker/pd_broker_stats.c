@@ -33,7 +33,7 @@ static const struct field rx_fields[] = {
 	F(pd_rx_stats, rejected_zero, C), F(pd_rx_stats, rejected_big, C),
 	F(pd_rx_stats, rejected_busy, C), F(pd_rx_stats, rejected_foreign, C),
 	F(pd_rx_stats, rejected_peer_requests, C), F(pd_rx_stats, rejected_peer_slots, C),
-	F(pd_rx_stats, preempted, C),
+	F(pd_rx_stats, preempted, C), F(pd_rx_stats, pool_repairs, C),
 	F(pd_rx_stats, proto_errors, C), F(pd_rx_stats, grant_errors, C),
 	F(pd_rx_stats, late_putdone, C),
 	F(pd_rx_stats, live_requests, G), F(pd_rx_stats, waiting_requests, G),
