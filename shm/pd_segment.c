@@ -11,6 +11,7 @@
 #include "pd_err.h"
 #include "pd_log.h"
 #include "pd_segment.h"
+#include "pd_segment_lock.h"
 #include "pd_sync.h"
 #include "pd_time.h"
 
@@ -84,11 +85,21 @@ static int read_hdr(int fd, struct pd_shm_hdr *h)
 	return 0;
 }
 
+/* The lock's holder as the kernel sees it; the header's pid when the holder
+ * is not visible from here (another pid namespace). */
+static int32_t holder_pid(int fd, const struct pd_shm_hdr *h)
+{
+	int32_t pid = pd_seglock_holder(fd);
+
+	return pid > 0 ? pid : h->broker_pid;
+}
+
+/* Liveness is the broker's lock on the file (pd_segment_lock.c), never the
+ * header's broker_pid: any process that maps the segment can write that. */
 int pd_segment_probe(const char *name, int32_t *pid)
 {
 	char path[PATH_MAX_LEN];
 	struct pd_shm_hdr h;
-	uint64_t ticks;
 	int fd, rc;
 
 	rc = pd_segment_path(name, path, sizeof(path));
@@ -97,18 +108,18 @@ int pd_segment_probe(const char *name, int32_t *pid)
 	fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* The header first: a broker locks its file before it writes the magic,
+	 * so a magic seen here means the lock was taken. */
 	rc = read_hdr(fd, &h);
+	if (rc == 0) {
+		rc = pd_seglock_held(fd);
+		if (rc < 0)
+			rc = 1; /* cannot tell: never call it dead */
+		if (pid)
+			*pid = rc == 1 ? holder_pid(fd, &h) : h.broker_pid;
+	}
 	(void)close(fd);
-	if (rc < 0)
-		return rc;
-	if (pid)
-		*pid = h.broker_pid;
-	if (!pd_pid_alive(h.broker_pid))
-		return 0;
-	/* The pid is in use: by our broker only if its start time matches. */
-	if (pd_pid_start_time(h.broker_pid, &ticks) < 0)
-		return 1; /* alive but unreadable: assume it is ours */
-	return ticks == h.broker_start_ticks;
+	return rc;
 }
 
 int pd_segment_unlink(const char *name)
@@ -121,27 +132,64 @@ int pd_segment_unlink(const char *name)
 	return pd_sys_rc(shm_unlink(path));
 }
 
-/* The name is taken: remove it if its broker is dead, else refuse. */
+/* 1 when name still refers to the file behind fd. */
+static int still_named(const char *path, int fd)
+{
+	struct stat a, b;
+	int nfd = shm_open(path, O_RDONLY | O_CLOEXEC, 0), same;
+
+	if (nfd < 0)
+		return 0;
+	same = fstat(nfd, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+	(void)close(nfd);
+	return same;
+}
+
+/*
+ * The name is taken: remove it if its broker is dead, else refuse. Dead
+ * means nobody holds the file's lock; the file is removed while we hold
+ * that lock ourselves, and only if the name still refers to it, so two
+ * brokers starting at once cannot remove each other's new segment.
+ */
 static int reclaim_stale(const char *name, char *err, size_t errlen)
 {
-	int32_t pid = 0;
-	int rc = pd_segment_probe(name, &pid);
+	char path[PATH_MAX_LEN];
+	struct pd_shm_hdr h;
+	int fd, rc;
 
-	if (rc == -ENOENT)
-		return 0; /* vanished meanwhile: retry */
-	if (rc == 1) {
-		pd_err_set(err, errlen, "broker '%s' is already running (pid %d)", name, pid);
-		return -EEXIST;
-	}
+	rc = pd_segment_path(name, path, sizeof(path));
+	if (rc < 0)
+		return rc;
+	fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno; /* vanished meanwhile: retry */
+	rc = read_hdr(fd, &h);
 	if (rc < 0) {
+		(void)close(fd);
 		pd_err_set(err, errlen,
 			   "/dev/shm%s%s exists but is not a pdkv segment (or is being "
 			   "created); remove it if no broker runs", PD_SHM_PREFIX, name);
 		return -EEXIST;
 	}
-	PD_LOG(WARN, shm, "removing stale segment of dead broker '%s' (pid %d)", name, pid);
-	rc = pd_segment_unlink(name);
-	return rc == -ENOENT ? 0 : rc;
+	rc = pd_seglock_claim(fd);
+	if (rc == -EWOULDBLOCK) {
+		pd_err_set(err, errlen, "broker '%s' is already running (pid %d)", name,
+			   holder_pid(fd, &h));
+		(void)close(fd);
+		return -EEXIST;
+	}
+	if (rc == 0 && still_named(path, fd)) {
+		PD_LOG(WARN, shm, "removing stale segment of dead broker '%s' (pid %d)", name,
+		       h.broker_pid);
+		rc = pd_segment_unlink(name);
+		rc = rc == -ENOENT ? 0 : rc;
+	}
+	(void)close(fd); /* the lock goes with it */
+	if (rc < 0)
+		pd_err_set(err, errlen, "cannot remove the stale segment of '%s': %s", name,
+			   pd_strerror(rc));
+	return rc;
 }
 
 static int open_excl(const char *name, uint32_t mode, char *err, size_t errlen)
@@ -221,7 +269,7 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 	uint32_t mode;
 	uint64_t total;
 	void *base;
-	int fd, rc;
+	int fd, rc, lock_fd = -1;
 
 	if (!o || !out || !name_ok(o->name)) {
 		pd_err_set(err, errlen, "bad segment name (1..%u of [A-Za-z0-9._-])",
@@ -237,6 +285,14 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 	fd = open_excl(o->name, mode, err, errlen);
 	if (fd < 0)
 		return fd;
+	/* Locked before the magic is written, held until destroy: the lock is
+	 * what tells a live broker from a dead one (pd_segment_probe()). */
+	lock_fd = pd_seglock_take(o->name, fd);
+	if (lock_fd < 0) {
+		rc = lock_fd;
+		pd_err_set(err, errlen, "cannot lock the segment: %s", pd_strerror(rc));
+		goto out_unlink;
+	}
 	rc = 0;
 	base = size_and_map(fd, total, &rc);
 	if (!base) {
@@ -246,13 +302,15 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 	}
 	fill_hdr(base, o, r, total);
 	*out = (struct pd_segment){ .hdr = base, .base = base, .len = total, .fd = fd,
-				    .owner = 1 };
+				    .owner = 1, .lock_fd = lock_fd };
 	memcpy(out->name, o->name, strlen(o->name) + 1);
 	memcpy(out->regions, r, sizeof(r));
 	return 0;
 
 out_unlink:
 	(void)pd_segment_unlink(o->name);
+	if (lock_fd >= 0)
+		(void)close(lock_fd);
 	(void)close(fd);
 	return rc;
 }

@@ -27,6 +27,8 @@ struct pd_segment {
 	int      fd;
 	uint32_t flags;
 	int      owner;         /* 1: created here, unlinked by destroy */
+	int      lock_fd;       /* owner: its own open of the file, flock(LOCK_EX) held
+				 * until destroy: what says the broker lives */
 	char     name[PD_SHM_NAME_MAX + 1];
 	struct pd_shm_region regions[PD_REGION_MAX]; /* validated private copy */
 };
@@ -42,9 +44,11 @@ struct pd_segment_opts {
 int pd_segment_path(const char *name, char *buf, size_t len);
 
 /**
- * Create the segment, pre-faulted, header filled, state INITIALIZING.
- * A leftover segment of a dead broker is removed first; one of a live
- * broker is refused.
+ * Create the segment, pre-faulted, header filled, state INITIALIZING, and
+ * lock it (flock, held until pd_segment_destroy()) through an open file
+ * description that never leaves this process.
+ * A leftover segment of a dead broker (nobody holds its lock) is removed
+ * first, under its lock; one of a live broker is refused.
  * @return 0; -EINVAL bad opts; -EEXIST a live broker (or an unrecognised
  *         file) holds the name (err says which); -ENOMEM/-errno from libc.
  */
@@ -97,8 +101,11 @@ int pd_segment_unlink(const char *name);
 
 /**
  * Who holds name: 1 a live broker, 0 a dead one (stale segment),
- * -ENOENT none, -EPROTO not a recognisable pdkv segment. pid gets the
- * recorded broker pid when known.
+ * -ENOENT none, -EPROTO not a recognisable pdkv segment. Judged by the
+ * broker's lock on the file, from the kernel: nothing written into the
+ * segment (its header's pid, state or epoch) changes the answer. pid gets
+ * the lock holder's pid (from /proc/locks) for a live broker, else the pid
+ * its header records.
  */
 int pd_segment_probe(const char *name, int32_t *pid);
 

@@ -223,6 +223,9 @@ void pd_segment_destroy(struct pd_segment *s)
 		pd_segment_set_state(s, PD_SHM_DEAD);
 		if (name_is_ours(s->name, s->fd))
 			(void)pd_segment_unlink(s->name);
+		if (s->lock_fd >= 0) /* after the unlink: never a dead-looking name */
+			(void)close(s->lock_fd);
+		s->lock_fd = -1;
 	}
 	(void)munmap(s->base, s->len);
 	(void)close(s->fd);

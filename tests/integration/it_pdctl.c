@@ -4,7 +4,10 @@
  * agent (text and --json), the Prometheus exposition checked line by line,
  * and the three ways a broker can be unreachable (exit 3, 4 and 5).
  */
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -535,6 +538,70 @@ static void test_stopped_broker_exit_5_status_works(void **state)
 	(void)pd_test_broker_stop(&b);
 }
 
+/* A pid nobody has (a child reaped at once). */
+static pid_t reaped_pid(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(0);
+	assert_true(pid > 0);
+	assert_int_equal(pd_test_wait(pid, 5000), 0);
+	return pid;
+}
+
+/* Liveness is the kernel's word: a header whose broker_pid names a dead
+ * process (what a writer of the segment could do) makes pdctl call the
+ * broker neither dead nor by that pid, and starting the broker again is
+ * refused without removing the live broker's segment, which pdctl and
+ * agents still find. */
+static void test_faked_header_pid_is_not_death(void **state)
+{
+	struct pd_test_broker b;
+	struct pd_run_result r = { 0 };
+	struct stat before, after;
+	char path[128], want[96], bin[128];
+	struct pd_shm_hdr *h;
+	int fd;
+
+	(void)state;
+	assert_int_equal(pd_test_broker_start(&b, "itC", lone_args), 0);
+	it_wait_admin(&b);
+	(void)snprintf(path, sizeof(path), "/pdkv.%s", b.name);
+	fd = shm_open(path, O_RDWR, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &before), 0);
+	h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(h != MAP_FAILED);
+	h->broker_pid = reaped_pid();
+	RUN(&b, 0, "--json", "status");
+	assert_int_equal((int)jnum(r.out, "pid"), (int)b.pid);
+	/* Started again under its name: refused, nothing removed. */
+	assert_int_equal(pd_run_bin("pdbroker", bin, sizeof(bin)), 0);
+	{
+		char ctrl[64];
+		const char *argv[] = { bin, "--name", b.name, "--rundir", b.rundir, "--ctrl",
+				       ctrl, "--data", "127.0.0.1:0",
+				       "--send-slots", "8", "--recv-slots", "8", NULL };
+
+		(void)snprintf(ctrl, sizeof(ctrl), "tcp://127.0.0.1:%d", pd_test_free_port());
+		pd_run_free(&r);
+		assert_int_equal(pd_run(argv, CTL_WAIT_MS, &r), 0);
+	}
+	assert_true(r.exit_code != 0);
+	(void)snprintf(want, sizeof(want), "already running (pid %d)", (int)b.pid);
+	expect_has(r.err, want);
+	(void)snprintf(path, sizeof(path), "/dev/shm/pdkv.%s", b.name);
+	assert_int_equal(stat(path, &after), 0);
+	assert_true(after.st_ino == before.st_ino); /* the live broker's segment, still */
+	RUN(&b, 0, "status");
+	RUN(&b, 0, "agents");
+	(void)munmap(h, sizeof(*h));
+	(void)close(fd);
+	pd_run_free(&r);
+	(void)pd_test_broker_stop(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -547,6 +614,7 @@ int main(void)
 		cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_unknown_broker_exit_3),
 		cmocka_unit_test(test_killed_broker_exit_4),
+		cmocka_unit_test(test_faked_header_pid_is_not_death),
 		cmocka_unit_test(test_stopped_broker_exit_5_status_works),
 	};
 

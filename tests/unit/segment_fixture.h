@@ -40,6 +40,7 @@ struct fx {
 	struct pd_segment att2; /* attached again */
 	struct pd_shm_hdr *buf; /* hand-built header for pd_segment_validate() */
 	const struct corruption *corr;
+	int pipe[4];            /* a child broker's: up (read, write), down (read, write) */
 	char err[256];
 };
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -410,21 +411,115 @@ static void test_create_reclaims_dead_child(void **state)
 	expect_reclaimed(f, pid);
 }
 
-static void test_create_reclaims_dead_pid(void **state)
+/* The broker "dies" while this process keeps its mapping: its lock goes. */
+static void drop_lock(struct pd_segment *s)
 {
-	struct fx *f = *state;
-
-	f->seg.hdr->broker_pid = dead_pid();
-	expect_reclaimed(f, f->seg.hdr->broker_pid);
+	assert_true(s->lock_fd >= 0);
+	(void)close(s->lock_fd);
+	s->lock_fd = -1;
 }
 
-/* The pid is alive (ours) but was reused: the start time tells. */
-static void test_create_reclaims_reused_pid(void **state)
+/* Whatever the header says, a broker holding its lock lives: a faked pid
+ * (a dead one, or ours with another start time), state DEAD and another
+ * epoch neither make it stale nor let a create remove its segment. */
+static void test_faked_header_is_not_death(void **state)
+{
+	struct fx *f = *state;
+	struct pd_shm_hdr *h = f->seg.hdr;
+	char want[128];
+	int32_t pid = 0;
+
+	h->broker_pid = dead_pid();
+	pd_segment_set_state(&f->seg, PD_SHM_DEAD);
+	h->epoch++;
+	assert_int_equal(pd_segment_probe(f->name, &pid), 1);
+	assert_int_equal(pid, getpid()); /* the lock's holder, not the header's pid */
+	assert_int_equal(create(f, &f->next), -EEXIST);
+	(void)snprintf(want, sizeof(want), "already running (pid %d)", (int)getpid());
+	if (!strstr(f->err, want))
+		fail_msg("'%s' not in '%s'", want, f->err);
+	h->broker_pid = (int32_t)getpid();
+	h->broker_start_ticks++; /* a reused pid, as the old check saw it */
+	assert_int_equal(pd_segment_probe(f->name, NULL), 1);
+	assert_int_equal(create(f, &f->next), -EEXIST);
+	/* The live segment is still the name's. */
+	assert_int_equal(attach(f, &f->att, 0, 0), 0);
+	check_same_segment(&f->seg, &f->att);
+}
+
+/* Without its lock the segment is stale, whatever its header says. */
+static void test_create_reclaims_released_lock(void **state)
 {
 	struct fx *f = *state;
 
-	f->seg.hdr->broker_start_ticks++;
+	drop_lock(&f->seg);
+	expect_reclaimed(f, getpid()); /* the header's pid: ours, and alive */
+}
+
+/* A prober holds the lock for an instant: neither it nor a reclaimer
+ * holding it meanwhile makes a dead segment look alive for long. */
+static void test_create_waits_out_a_prober(void **state)
+{
+	struct fx *f = *state;
+	int fd;
+
+	drop_lock(&f->seg);
+	fd = open_file(f->name, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_SH | LOCK_NB), 0);
+	assert_int_equal(pd_segment_probe(f->name, NULL), 0);
+	assert_int_equal(create(f, &f->next), -EEXIST); /* held as long as the create waits */
+	assert_non_null(strstr(f->err, "already running"));
+	assert_int_equal(flock(fd, LOCK_UN), 0);
+	(void)close(fd);
 	expect_reclaimed(f, getpid());
+}
+
+/* Child: create the segment, say so on the pipe, live until it closes. */
+static int child_create_and_wait(void *arg)
+{
+	struct fx *f = arg;
+	struct pd_segment s;
+	char c = 0;
+	int rc = pd_segment_create(&f->opts, &s, NULL, 0);
+
+	(void)close(f->pipe[0]);
+	(void)close(f->pipe[3]); /* else our own copy keeps the read below from seeing EOF */
+	if (rc == 0)
+		pd_segment_set_state(&s, PD_SHM_READY);
+	if (rc == 0 && write(f->pipe[1], "1", 1) != 1)
+		rc = -EIO;
+	(void)!read(f->pipe[2], &c, 1);
+	return rc == 0 ? 0 : 1;
+}
+
+/* The pid reported is the holder's, found by the kernel, even when the
+ * header names this process. */
+static void test_probe_names_the_holder(void **state)
+{
+	struct fx *f = *state;
+	int32_t pid = 0;
+	int up[2], down[2];
+	pid_t child;
+	char c;
+
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	f->pipe[0] = up[0], f->pipe[1] = up[1], f->pipe[2] = down[0], f->pipe[3] = down[1];
+	child = pd_test_fork(child_create_and_wait, f);
+	assert_true(child > 0);
+	(void)close(up[1]);
+	(void)close(down[0]);
+	assert_int_equal(read(up[0], &c, 1), 1);
+	assert_int_equal(attach(f, &f->att, 0, 0), 0);
+	f->att.hdr->broker_pid = (int32_t)getpid();
+	assert_int_equal(pd_segment_probe(f->name, &pid), 1);
+	assert_int_equal(pid, child);
+	(void)close(down[1]); /* the child exits: its lock goes with it */
+	assert_int_equal(pd_test_wait(child, WAIT_MS), 0);
+	(void)close(up[0]);
+	assert_int_equal(pd_segment_probe(f->name, &pid), 0);
+	assert_int_equal(pid, getpid()); /* now the header's word */
 }
 
 static void test_probe(void **state)
@@ -438,6 +533,9 @@ static void test_probe(void **state)
 	assert_int_equal(pid, getpid());
 	assert_int_equal(pd_segment_probe(f->name, NULL), 1);
 	f->seg.hdr->broker_pid = dead_pid();
+	assert_int_equal(pd_segment_probe(f->name, &pid), 1);
+	assert_int_equal(pid, getpid());
+	drop_lock(&f->seg);
 	assert_int_equal(pd_segment_probe(f->name, &pid), 0);
 	assert_int_equal(pid, f->seg.hdr->broker_pid);
 	pd_segment_destroy(&f->seg);
@@ -528,8 +626,10 @@ int main(void)
 		T(test_attach_accepts_compatible, setup_published),
 		T(test_create_live_name, setup_created),
 		T(test_create_reclaims_dead_child, setup),
-		T(test_create_reclaims_dead_pid, setup_created),
-		T(test_create_reclaims_reused_pid, setup_created),
+		T(test_faked_header_is_not_death, setup_published),
+		T(test_create_reclaims_released_lock, setup_created),
+		T(test_create_waits_out_a_prober, setup_created),
+		T(test_probe_names_the_holder, setup),
 		T(test_probe, setup),
 		T(test_destroy_unlinks, setup_published),
 		cmocka_unit_test(test_pid_start_time),

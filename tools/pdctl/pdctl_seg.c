@@ -256,6 +256,8 @@ int pdctl_snap_take(const struct pdctl_opts *o, struct pdctl_snap *s)
 		return attach_failed(o, rc, err);
 	}
 	rc = fill(&shm, s);
+	if (pid > 0)
+		s->pid = pid; /* the lock holder's, from the kernel, not the header's word */
 	pd_layout_close(&shm);
 	if (rc < 0) {
 		pdctl_snap_free(s);
