@@ -3,6 +3,7 @@
  * sockets and the segment, and what cannot be honoured is refused at start
  * with a message naming the flag. */
 #include <grp.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,15 +20,25 @@
 #include "pd_run.h"
 #include "pd_test.h"
 
-/* A group other than ours, so that giving files to it is visible. */
+/* A group other than our egid, so that giving files to it is visible, and
+ * one we may give files to: any named group as root, else one of ours
+ * (getgroups). NULL when there is none. */
 static const struct group *other_group(void)
 {
-	const struct group *g;
+	const struct group *g = NULL;
+	gid_t mine[NGROUPS_MAX];
+	int n;
 
-	setgrent();
-	while ((g = getgrent()) && g->gr_gid == getegid())
-		;
-	endgrent();
+	if (geteuid() == 0) {
+		setgrent();
+		while ((g = getgrent()) && g->gr_gid == getegid())
+			;
+		endgrent();
+		return g;
+	}
+	n = getgroups(NGROUPS_MAX, mine);
+	for (int i = 0; i < n && !g; i++)
+		g = mine[i] != getegid() ? getgrgid(mine[i]) : NULL;
 	return g;
 }
 
@@ -48,8 +59,10 @@ static void test_group_owns_sockets_and_segment(void **state)
 	gid_t gid;
 
 	(void)state;
-	if (!g)
+	if (!g) {
+		(void)printf("it_cli: no named group of ours but our egid: --group is not tried\n");
 		skip();
+	}
 	gid = g->gr_gid;
 	(void)snprintf(name, sizeof(name), "%s", g->gr_name);
 	const char *args[] = { "--send-slots", "4", "--recv-slots", "4", "--slot-size", "64K",
