@@ -321,6 +321,17 @@ void pd_segment_set_state(struct pd_segment *s, uint32_t state)
 	atomic_store_explicit(&s->hdr->state, state, memory_order_release);
 }
 
+const char *pd_segment_state_name(uint32_t state)
+{
+	switch (state) {
+	case PD_SHM_INITIALIZING: return "initializing";
+	case PD_SHM_READY: return "ready";
+	case PD_SHM_DRAINING: return "draining";
+	case PD_SHM_DEAD: return "dead";
+	default: return "unknown";
+	}
+}
+
 void pd_segment_publish(struct pd_segment *s)
 {
 	pd_segment_set_state(s, PD_SHM_READY);

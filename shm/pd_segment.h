@@ -58,6 +58,8 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
  * any attacher that sees READY. */
 void pd_segment_publish(struct pd_segment *s);
 void pd_segment_set_state(struct pd_segment *s, uint32_t state);
+/* "initializing", "ready", "draining", "dead", else "unknown". */
+const char *pd_segment_state_name(uint32_t state);
 
 /**
  * Attach by name, or on an fd received from the broker (the fd is dup'ed;

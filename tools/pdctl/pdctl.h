@@ -20,6 +20,7 @@
 #include <msgpack.h>
 
 #include "pd_compiler.h"
+#include "pd_expo.h"
 #include "pd_layout.h"
 #include "pd_stats.h"
 
@@ -83,12 +84,8 @@ void pdctl_err(const char *fmt, ...) PD_PRINTF(1, 2);
 /* Flush stdout; PDCTL_EXIT_FAIL (with a message) when writing failed. */
 int pdctl_flush(int code);
 
-/* ---- pdctl_seg.c: one value of the merged list a command shows. */
-struct pdctl_val {
-	const char *name;
-	uint32_t kind;             /* PD_STAT_KIND_* */
-	uint64_t v;
-};
+/* ---- pdctl_seg.c: the values a command shows are a struct pd_expo_val
+ * list (pd_expo.h): the region's, else the header's. */
 
 struct pdctl_pool {
 	int present;
@@ -109,7 +106,7 @@ struct pdctl_snap {
 	int published;             /* the stats region was ever published */
 	uint64_t stale_ns;         /* since the last publish (or since start) */
 	struct pd_stats *st;       /* a consistent copy (malloc'ed) */
-	struct pdctl_val *vals;    /* the region's values, else the header's */
+	struct pd_expo_val *vals;    /* the region's values, else the header's */
 	uint32_t nvals;
 };
 
@@ -119,16 +116,16 @@ void pdctl_snap_free(struct pdctl_snap *s);
 /* The exit code (with a message printed) for a broker that could not be
  * reached through its admin socket (rc from pdctl_admin_call). */
 int pdctl_explain_admin(const struct pdctl_opts *o, int rc);
-const char *pdctl_state_name(uint32_t state);
 const char *pdctl_peer_state_name(uint32_t state);
 /* A value of the snapshot by name: 0 or -ENOENT. */
 int pdctl_snap_find(const struct pdctl_snap *s, const char *name, uint64_t *v);
 
 /* ---- pdctl_status.c: the sections of status pick values by name. */
-int pdctl_val_is_request(const struct pdctl_val *v); /* "rx." / "tx." gauges */
-int pdctl_val_is_moved(const struct pdctl_val *v);   /* counters of bytes, chunks */
-int pdctl_val_is_error(const struct pdctl_val *v);   /* non-zero error counters */
-/* Seconds the oldest admission wait has lasted (0: none). */
+int pdctl_val_is_request(const struct pd_expo_val *v); /* "rx." / "tx." gauges */
+int pdctl_val_is_moved(const struct pd_expo_val *v);   /* counters of bytes, chunks */
+int pdctl_val_is_error(const struct pd_expo_val *v);   /* non-zero error counters */
+/* How long the oldest admission wait has lasted (0: none). */
+uint64_t pdctl_oldest_wait_ns(const struct pdctl_snap *s);
 double pdctl_oldest_wait_s(const struct pdctl_snap *s);
 /* The staleness warning, or NULL when the statistics are fresh. */
 const char *pdctl_stale_warning(const struct pdctl_snap *s, char *buf, size_t len);
@@ -138,40 +135,20 @@ int pdctl_cmd_watch(const struct pdctl_opts *o);
 /* ---- pdctl_status_json.c: 0, or -errno (said on stderr, or by pdctl_flush). */
 int pdctl_status_json(const struct pdctl_snap *s, int pretty);
 
-/* ---- pdctl_metrics.c, pdctl_expo.c (the exposition writer) */
-#define PDCTL_MAX_FAMILIES 512
-
+/* ---- pdctl_metrics.c, pdctl_expo.c: the families of pd_expo.h, written
+ * as Prometheus text or as JSON. */
 struct pdctl_expo {
 	int json;
 	json_t *doc;               /* JSON: {"broker", "families": [...]} */
 	json_t *samples;           /* JSON: the current family's (borrowed from doc) */
 	int err;                   /* JSON: -ENOMEM once a value could not be built */
-	char broker[PD_SHM_NAME_MAX + 1];
-	int skip;                  /* the current family is a duplicate: drop its samples */
-	uint32_t nfam;
-	char fam[PDCTL_MAX_FAMILIES][96];
 };
 
-struct pdctl_label {
-	const char *k, *v;
-};
-
-void pdctl_expo_init(struct pdctl_expo *x, int json, const char *broker);
-/* A family (name sanitised into [a-zA-Z0-9_:]); a repeated name is skipped. */
-void pdctl_expo_family(struct pdctl_expo *x, const char *name, const char *type,
-		       const char *help);
-/* A sample of the current family: name + suffix, broker="..." then labels. */
-void pdctl_expo_sample(struct pdctl_expo *x, const char *suffix, const struct pdctl_label *l,
-		       uint32_t nl, const char *value);
-void pdctl_expo_u64(struct pdctl_expo *x, const struct pdctl_label *l, uint32_t nl,
-		    uint64_t v);
-/* Nanoseconds as exact decimal seconds. */
-void pdctl_expo_ns(struct pdctl_expo *x, const char *suffix, const struct pdctl_label *l,
-		   uint32_t nl, uint64_t ns);
+/* The writer of x (text to stdout, or JSON into x->doc). */
+void pdctl_expo_init(struct pdctl_expo *x, int json, const char *broker,
+		     struct pd_expo_writer *w);
 /* The end (JSON: the document printed). 0 or -errno (said on stderr). */
 int pdctl_expo_end(struct pdctl_expo *x);
-/* v / 10^digits as an exact decimal, trailing zeros trimmed ("1.5", "2"). */
-void pdctl_fmt_decimal(char *buf, size_t len, uint64_t v, unsigned int digits);
 int pdctl_cmd_metrics(const struct pdctl_opts *o);
 
 /* ---- pdctl_admin.c */

@@ -34,17 +34,6 @@ static const struct {
 	{ "agents_reclaimed", PD_STAT_AGENTS_RECLAIMED, PD_STAT_KIND_COUNTER },
 };
 
-const char *pdctl_state_name(uint32_t state)
-{
-	switch (state) {
-	case PD_SHM_INITIALIZING: return "initializing";
-	case PD_SHM_READY: return "ready";
-	case PD_SHM_DRAINING: return "draining";
-	case PD_SHM_DEAD: return "dead";
-	default: return "unknown";
-	}
-}
-
 const char *pdctl_peer_state_name(uint32_t state)
 {
 	switch (state) {
@@ -160,12 +149,12 @@ static int build_values(const struct pd_shm *shm, struct pdctl_snap *s)
 			const struct pd_stat_value *v = &s->st->val[i];
 
 			if (v->name[0])
-				s->vals[s->nvals++] = (struct pdctl_val){ v->name, v->kind, v->v };
+				s->vals[s->nvals++] = (struct pd_expo_val){ v->name, v->kind, v->v };
 		}
 		return 0;
 	}
 	for (uint32_t i = 0; i < PD_ARRAY_SIZE(hdr_names); i++)
-		s->vals[s->nvals++] = (struct pdctl_val){
+		s->vals[s->nvals++] = (struct pd_expo_val){
 			hdr_names[i].name, hdr_names[i].kind,
 			atomic_load_explicit(&shm->seg.hdr->stats[hdr_names[i].idx],
 					     memory_order_relaxed) };

@@ -21,19 +21,19 @@ static int has_prefix(const char *s, const char *p)
 	return strncmp(s, p, strlen(p)) == 0;
 }
 
-int pdctl_val_is_request(const struct pdctl_val *v)
+int pdctl_val_is_request(const struct pd_expo_val *v)
 {
 	return v->kind == PD_STAT_KIND_GAUGE &&
 	       (has_prefix(v->name, "rx.") || has_prefix(v->name, "tx."));
 }
 
-int pdctl_val_is_moved(const struct pdctl_val *v)
+int pdctl_val_is_moved(const struct pd_expo_val *v)
 {
 	return v->kind == PD_STAT_KIND_COUNTER &&
 	       (strstr(v->name, "bytes") || strstr(v->name, "chunks"));
 }
 
-int pdctl_val_is_error(const struct pdctl_val *v)
+int pdctl_val_is_error(const struct pd_expo_val *v)
 {
 	static const char *const causes[] = { "bad", "err", "reject", "refused",
 					      "timed_out", "fail" };
@@ -46,13 +46,18 @@ int pdctl_val_is_error(const struct pdctl_val *v)
 	return 0;
 }
 
-double pdctl_oldest_wait_s(const struct pdctl_snap *s)
+uint64_t pdctl_oldest_wait_ns(const struct pdctl_snap *s)
 {
 	uint64_t since = s->st->info.oldest_wait_ns;
 
 	if (since == 0 || s->st->info.waiting == 0 || s->now_mono_ns <= since)
 		return 0;
-	return (double)(s->now_mono_ns - since) / 1e9;
+	return s->now_mono_ns - since;
+}
+
+double pdctl_oldest_wait_s(const struct pdctl_snap *s)
+{
+	return (double)pdctl_oldest_wait_ns(s) / 1e9;
 }
 
 const char *pdctl_stale_warning(const struct pdctl_snap *s, char *buf, size_t len)
@@ -107,7 +112,7 @@ static void print_header(const struct pdctl_snap *s)
 
 	fmt_dur(d, sizeof(d), up);
 	printf("broker %s  pid %d  epoch %" PRIu64 "  state %s  up %s\n", s->name, s->pid,
-	       s->epoch, pdctl_state_name(s->state), d);
+	       s->epoch, pd_segment_state_name(s->state), d);
 	if (!s->published)
 		return;
 	fmt_bytes(z, sizeof(z), i->slot_size);
@@ -151,14 +156,14 @@ static void print_admission(const struct pdctl_snap *s)
 
 /* One "  name  value" line per value that filter picks; "none" if none. */
 static void print_vals(const struct pdctl_snap *s, const char *title,
-		       int (*filter)(const struct pdctl_val *v))
+		       int (*filter)(const struct pd_expo_val *v))
 {
 	int any = 0;
 	char h[32];
 
 	printf("%s:", title);
 	for (uint32_t i = 0; i < s->nvals; i++) {
-		const struct pdctl_val *v = &s->vals[i];
+		const struct pd_expo_val *v = &s->vals[i];
 
 		if (filter && !filter(v))
 			continue;

@@ -77,13 +77,13 @@ static json_t *peers_json(const struct pdctl_snap *s)
 }
 
 /* An object of the values filter picks (NULL: all); kinds: their kinds instead. */
-static json_t *vals_json(const struct pdctl_snap *s, int (*filter)(const struct pdctl_val *v),
+static json_t *vals_json(const struct pdctl_snap *s, int (*filter)(const struct pd_expo_val *v),
 			 int kinds)
 {
 	json_t *obj = json_object();
 
 	for (uint32_t i = 0; obj && i < s->nvals; i++) {
-		const struct pdctl_val *v = &s->vals[i];
+		const struct pd_expo_val *v = &s->vals[i];
 		const char *kind = v->kind == PD_STAT_KIND_GAUGE ? "gauge" : "counter";
 
 		if (filter && !filter(v))
@@ -131,7 +131,7 @@ int pdctl_status_json(const struct pdctl_snap *s, int pretty)
 		"{s:o, s:I, s:o, s:s, s:o, s:o, s:o, s:{s:o, s:o}, s:o, s:I, s:o,"
 		" s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o*}",
 		"name", pdctl_json_str(s->name), "pid", (json_int_t)s->pid,
-		"epoch", pdctl_json_u64(s->epoch), "state", pdctl_state_name(s->state),
+		"epoch", pdctl_json_u64(s->epoch), "state", pd_segment_state_name(s->state),
 		"start_ns", pdctl_json_u64(s->start_ns), "uptime_s", pdctl_json_f64(up),
 		"info", info_json(s),
 		"pools", "send", pool_json(&s->send), "recv", pool_json(&s->recv),
