@@ -179,8 +179,6 @@ void pd_tcp_conn_close(struct pd_tcp_conn *c);
 void pd_tcp_peers_stop(struct pd_tcp *t);
 
 /* pd_tcp_io.c */
-int pd_tcp_addr_parse(const char *host, uint16_t port, struct sockaddr_storage *ss,
-		      socklen_t *len);
 int pd_tcp_sock_tune(int fd);
 /* poll() timeout for a deadline: -1 for none (0), 0 once passed. */
 int pd_tcp_wait_ms(uint64_t deadline_ns);

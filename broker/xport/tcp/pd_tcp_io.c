@@ -71,29 +71,7 @@ int pd_tcp_hdr_decode(const uint8_t in[PD_TCP_HDR_SIZE], uint32_t max_len,
 	return hdr_valid(h, max_len) ? 0 : -EPROTO;
 }
 
-/* ---- addresses, eventfds, sockets ------------------------------------------- */
-
-int pd_tcp_addr_parse(const char *host, uint16_t port, struct sockaddr_storage *ss,
-		      socklen_t *len)
-{
-	struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
-	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-
-	memset(ss, 0, sizeof(*ss));
-	if (host && inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-		in4->sin_family = AF_INET;
-		in4->sin_port = htons(port);
-		*len = sizeof(*in4);
-		return 0;
-	}
-	if (host && inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons(port);
-		*len = sizeof(*in6);
-		return 0;
-	}
-	return -EINVAL;
-}
+/* ---- eventfds, sockets ------------------------------------------- */
 
 int pd_tcp_sock_tune(int fd)
 {

@@ -288,24 +288,6 @@ static void *listener_main(void *arg)
 	return NULL;
 }
 
-static int listen_open(const struct sockaddr_storage *ss, socklen_t len)
-{
-	int one = 1, fd, rc;
-
-	fd = pd_sys_rc(socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-	if (fd < 0)
-		return fd;
-	rc = pd_sys_rc(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)));
-	if (rc == 0)
-		rc = pd_sys_rc(bind(fd, (const struct sockaddr *)ss, len));
-	if (rc == 0)
-		rc = pd_sys_rc(listen(fd, LISTEN_BACKLOG));
-	if (rc == 0)
-		return fd;
-	(void)close(fd);
-	return rc;
-}
-
 static int bound_port(int fd)
 {
 	struct sockaddr_storage ss;
@@ -325,13 +307,13 @@ int pd_tcp_listen(struct pd_tcp *t, const char *host, uint16_t port)
 	socklen_t len;
 	int rc, fd;
 
-	if (!t || !t->o.ops || pd_tcp_addr_parse(host, port, &ss, &len) < 0)
+	if (!t || !t->o.ops || pd_sock_addr(host, port, &ss, &len) < 0)
 		return -EINVAL;
 	if (t->stopped)
 		return -ESHUTDOWN;
 	if (t->lfd >= 0)
 		return -EBUSY;
-	fd = listen_open(&ss, len);
+	fd = pd_sock_listen(&ss, len, LISTEN_BACKLOG);
 	if (fd < 0)
 		return fd;
 	rc = bound_port(fd);

@@ -533,7 +533,7 @@ int pd_tcp_connect(struct pd_tcp *t, uint32_t peer, const char *host, uint16_t p
 	socklen_t len;
 	int rc;
 
-	if (!t || port == 0 || pd_tcp_addr_parse(host, port, &ss, &len) < 0)
+	if (!t || port == 0 || pd_sock_addr(host, port, &ss, &len) < 0)
 		return -EINVAL;
 	if (t->stopped)
 		return -ESHUTDOWN;
