@@ -17,6 +17,7 @@
 #include "pd_rundir.h"
 #include "pd_err.h"
 #include "pd_log.h"
+#include "pd_metrics_http.h"
 #include "pd_time.h"
 
 #define TICK_NS      (100 * PD_NS_PER_MS)
@@ -59,6 +60,7 @@ static void on_tick(void *ctx)
 	pd_ctrl_tick(b->ctrl, now);
 	pd_broker_xport_tick(b); /* a peer gone unannounced (shm: its segment) fails */
 	pd_admin_tick(b->admin, now);
+	pd_metrics_tick(b->metrics, now);
 	pd_broker_stats_publish(b);
 	if (b->stopping)
 		check_drained(b, now);
@@ -241,6 +243,15 @@ static int make_admin(struct pd_broker *b, char *err, size_t errlen)
 	return rc;
 }
 
+/* --metrics-listen: Prometheus over HTTP from this loop (off when not set). */
+static int make_metrics(struct pd_broker *b, char *err, size_t errlen)
+{
+	struct pd_metrics_opts o = { .loop = b->loop, .listen = b->cfg.metrics_listen,
+				     .broker = b->cfg.name, .shm = &b->shm };
+
+	return b->cfg.metrics_listen[0] ? pd_metrics_create(&o, &b->metrics, err, errlen) : 0;
+}
+
 int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *err,
 		     size_t errlen)
 {
@@ -280,6 +291,8 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 		rc = make_ctrl(b, err, errlen);
 	if (rc == 0)
 		rc = make_admin(b, err, errlen);
+	if (rc == 0)
+		rc = make_metrics(b, err, errlen);
 	if (rc < 0) {
 		pd_broker_destroy(b);
 		return rc;
@@ -287,8 +300,9 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	(void)snprintf(b->data_addr, sizeof(b->data_addr), "%s", b->offer[PD_XPORT_TCP].addr);
 	pd_broker_stats_publish(b);
 	pd_segment_publish(&b->shm.seg);
-	PD_LOG(INFO, ctl, "broker %s ready: ctrl %s, data %s, epoch %llu", b->cfg.name,
-	       pd_ctrl_endpoint(b->ctrl), b->data_addr, (unsigned long long)b->epoch);
+	PD_LOG(INFO, ctl, "broker %s ready: ctrl %s, data %s%s%s, epoch %llu", b->cfg.name,
+	       pd_ctrl_endpoint(b->ctrl), b->data_addr, b->metrics ? ", metrics " : "",
+	       b->metrics ? pd_metrics_addr(b->metrics) : "", (unsigned long long)b->epoch);
 	*out = b;
 	return 0;
 }
@@ -306,6 +320,7 @@ void pd_broker_destroy(struct pd_broker *b)
 		return;
 	if (b->have_shm)
 		pd_segment_set_state(&b->shm.seg, PD_SHM_DRAINING);
+	pd_metrics_destroy(b->metrics);
 	pd_admin_destroy(b->admin);
 	pd_ctrl_goodbye(b->ctrl);
 	pd_ctrl_destroy(b->ctrl);

@@ -94,6 +94,7 @@ struct peer_acct {
 };
 
 struct pd_admin;
+struct pd_metrics;
 
 struct pd_broker {
 	struct pd_config cfg;
@@ -148,6 +149,7 @@ struct pd_broker {
 	struct peer_acct *acct;       /* MAX_TOKENS, by peer id */
 	struct pd_admin *admin;
 	uint64_t admin_requests, admin_bad;
+	struct pd_metrics *metrics;   /* --metrics-listen (pd_metrics_http.c); NULL: off */
 	char data_addr[300];          /* the data listener as bound, "" when none */
 	/* Transports per peer (pd_broker_xport.c; control thread only). */
 	char host_id[PD_WIRE_NAME_MAX + 1]; /* our Hello's: same boot, same host */

@@ -12,6 +12,7 @@
 #include <bsd/string.h>
 
 #include "pd_broker_int.h"
+#include "pd_metrics_http.h"
 #include "pd_time.h"
 
 #define C PD_STAT_KIND_COUNTER
@@ -79,6 +80,14 @@ static const struct field pool_fields[] = {
 	F(pd_pool_counters, wait_max_ns, G), F(pd_pool_counters, timeouts, C),
 	F(pd_pool_counters, cancels, C), F(pd_pool_counters, reclaimed, C),
 	F(pd_pool_counters, repairs, C), F(pd_pool_counters, refused, C),
+};
+
+static const struct field metrics_fields[] = { /* --metrics-listen */
+	F(pd_metrics_stats, scrapes, C), F(pd_metrics_stats, not_found, C),
+	F(pd_metrics_stats, bad_requests, C), F(pd_metrics_stats, failed, C),
+	F(pd_metrics_stats, timeouts, C), F(pd_metrics_stats, evicted, C),
+	F(pd_metrics_stats, aborted, C), F(pd_metrics_stats, accept_errors, C),
+	F(pd_metrics_stats, conns, G),
 };
 
 #undef F
@@ -171,6 +180,12 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 	pd_ctrl_stats(b->ctrl, &cs);
 	put_table(p, "ctrl.", ctrl_fields, PD_ARRAY_SIZE(ctrl_fields), &cs, 0);
 	put_xports(p, b);
+	if (b->metrics) { /* --metrics-listen */
+		struct pd_metrics_stats ms;
+
+		pd_metrics_get_stats(b->metrics, &ms);
+		put_table(p, "metrics.", metrics_fields, PD_ARRAY_SIZE(metrics_fields), &ms, 0);
+	}
 	if (b->shm.has_send)
 		put_table(p, "pool.send.", pool_fields, PD_ARRAY_SIZE(pool_fields),
 			  &b->shm.send.shm->stats, 1);

@@ -51,6 +51,7 @@ struct pd_config {
 	char rundir[PD_CFG_PATH_MAX];     /* --rundir: sockets, pidfile */
 	char ctrl[PD_CFG_ENDPOINT_MAX];   /* --ctrl: ZMQ ROUTER bind */
 	char data[PD_CFG_ENDPOINT_MAX];   /* --data: HOST:PORT TCP listener */
+	char metrics_listen[PD_CFG_ENDPOINT_MAX]; /* --metrics-listen: HOST:PORT, "" = off */
 	char proxy[PD_CFG_ENDPOINT_MAX];  /* --proxy: PUSH target, "" = none */
 	char group[PD_CFG_NAME_MAX];      /* --group: "" = the broker's own */
 	char log_file[PD_CFG_PATH_MAX];   /* --log-file: "" = stderr */
