@@ -148,34 +148,16 @@ static void test_zero_chunk_request_notifies_the_proxy_once(void **state)
 	(void)zmq_ctx_term(ctx);
 }
 
-static uint64_t cpu_ticks(pid_t pid)
-{
-	char path[64], b[1024], *p;
-	unsigned long ut = 0, st = 0;
-	FILE *f;
-
-	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	p = fgets(b, sizeof(b), f) ? strrchr(b, ')') : NULL;
-	(void)fclose(f);
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-			 &st) != 2)
-		return 0;
-	return ut + st;
-}
-
 /* An idle broker (an agent attached, nothing to do) sleeps. */
 static void test_idle_broker_uses_no_cpu(void **state)
 {
 	struct it *t = it_start(16, 16);
-	uint64_t before = cpu_ticks(t->d.pid) + cpu_ticks(t->p.pid), after;
+	uint64_t before = pd_test_cpu_ticks(t->d.pid) + pd_test_cpu_ticks(t->p.pid), after;
 	struct timespec two = { 2, 0 };
 
 	(void)state;
 	(void)nanosleep(&two, NULL);
-	after = cpu_ticks(t->d.pid) + cpu_ticks(t->p.pid);
+	after = pd_test_cpu_ticks(t->d.pid) + pd_test_cpu_ticks(t->p.pid);
 	/* 2 % of one core over 2 s, for two brokers: 2 x 4 ticks at 100 Hz. */
 	assert_true(after - before <= (uint64_t)(8 * sysconf(_SC_CLK_TCK) / 100));
 	it_stop(t, 0);

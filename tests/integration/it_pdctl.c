@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pdctl against real pdbroker processes: every command with an attached
- * agent (text and --json), the Prometheus exposition checked line by line,
- * and the three ways a broker can be unreachable (exit 3, 4 and 5).
+ * agent (text and --json), the Prometheus exposition checked line by line
+ * (pd_prom.h), and the three ways a broker can be unreachable (exit 3, 4
+ * and 5).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 
 #include "it_fixture.h"
 #include "pd_json.h"
+#include "pd_prom.h"
 #include "pd_run.h"
 #include "pd_test.h"
 
@@ -248,147 +250,10 @@ static void test_cancel(void **state)
 	it_stop(t, 0);
 }
 
-/* ---- metrics: the exposition, line by line ---------------------------- */
-
-struct prom {
-	char fam[512][128];
-	uint32_t nfam;
-	char type[16];
-	double bucket_prev, inf_count;
-	int saw_inf;
-	uint32_t samples, histograms;
-};
-
-static const char *prom_name(const char *p, char *out, size_t len)
-{
-	size_t n = 0;
-
-	while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' || *p == ':' ||
-	       (n > 0 && *p >= '0' && *p <= '9')) {
-		if (n + 1 < len)
-			out[n++] = *p;
-		p++;
-	}
-	out[n] = '\0';
-	return n ? p : NULL;
-}
-
-/* {k="v",...}: every label well-formed; le (if any) into le; broker must be name. */
-static const char *prom_labels(const char *p, const char *broker, char *le, size_t lelen)
-{
-	int saw_broker = 0;
-	char k[64], v[256];
-
-	le[0] = '\0';
-	assert_int_equal(*p++, '{');
-	while (*p != '}') {
-		size_t n = 0;
-
-		p = prom_name(p, k, sizeof(k));
-		assert_non_null(p);
-		assert_int_equal(*p++, '=');
-		assert_int_equal(*p++, '"');
-		for (; *p != '"'; p++) {
-			assert_true(*p != '\n' && *p != '\0');
-			if (*p == '\\') {
-				p++;
-				assert_true(*p == '\\' || *p == '"' || *p == 'n');
-			}
-			if (n + 1 < sizeof(v))
-				v[n++] = *p;
-		}
-		v[n] = '\0';
-		p++;
-		if (strcmp(k, "broker") == 0)
-			saw_broker = strcmp(v, broker) == 0;
-		if (strcmp(k, "le") == 0)
-			(void)snprintf(le, lelen, "%s", v);
-		if (*p == ',')
-			p++;
-	}
-	assert_true(saw_broker);
-	return p + 1;
-}
-
-static double prom_value(const char *p)
-{
-	char *end;
-	double v = strtod(p, &end); /* also takes +Inf, -Inf and NaN */
-
-	if (end == p || *end != '\0')
-		fail_msg("bad sample value '%s'", p);
-	return v;
-}
-
-static void prom_sample(struct prom *s, const char *line, const char *broker)
-{
-	const char *fam = s->fam[s->nfam - 1];
-	char name[128], le[256], suffix[16];
-	const char *p = prom_name(line, name, sizeof(name));
-	double v;
-
-	assert_non_null(p);
-	p = prom_labels(p, broker, le, sizeof(le));
-	assert_int_equal(*p++, ' ');
-	v = prom_value(p);
-	assert_true(strncmp(name, fam, strlen(fam)) == 0);
-	assert_true(strlen(name + strlen(fam)) < sizeof(suffix));
-	memcpy(suffix, name + strlen(fam), strlen(name + strlen(fam)) + 1);
-	s->samples++;
-	if (strcmp(s->type, "histogram") != 0) {
-		assert_string_equal(suffix, "");
-		return;
-	}
-	if (strcmp(suffix, "_bucket") == 0) {
-		assert_true(le[0] != '\0' && !s->saw_inf);
-		assert_true(v >= s->bucket_prev); /* cumulative */
-		s->bucket_prev = v;
-		s->saw_inf = strcmp(le, "+Inf") == 0;
-		s->inf_count = v;
-	} else if (strcmp(suffix, "_count") == 0) {
-		assert_true(s->saw_inf);
-		assert_true(v == s->inf_count);
-	} else {
-		assert_string_equal(suffix, "_sum");
-	}
-}
-
-static void prom_line(struct prom *s, const char *line, const char *broker)
-{
-	char name[128];
-	const char *p;
-
-	if (strncmp(line, "# HELP ", 7) == 0) {
-		p = prom_name(line + 7, name, sizeof(name));
-		assert_true(p && *p == ' ');
-		for (uint32_t i = 0; i < s->nfam; i++)
-			if (strcmp(s->fam[i], name) == 0)
-				fail_msg("family %s twice", name);
-		assert_true(s->nfam < 512);
-		(void)snprintf(s->fam[s->nfam++], sizeof(s->fam[0]), "%s", name);
-		s->type[0] = '\0';
-		return;
-	}
-	if (strncmp(line, "# TYPE ", 7) == 0) {
-		p = prom_name(line + 7, name, sizeof(name));
-		assert_true(p && *p == ' ' && s->nfam > 0);
-		assert_string_equal(name, s->fam[s->nfam - 1]);
-		(void)snprintf(s->type, sizeof(s->type), "%s", p + 1);
-		assert_true(strcmp(s->type, "counter") == 0 || strcmp(s->type, "gauge") == 0 ||
-			    strcmp(s->type, "histogram") == 0);
-		s->histograms += strcmp(s->type, "histogram") == 0;
-		s->bucket_prev = s->inf_count = 0;
-		s->saw_inf = 0;
-		return;
-	}
-	assert_true(line[0] != '#' && line[0] != '\0' && s->type[0] != '\0');
-	prom_sample(s, line, broker);
-}
-
 static void test_metrics_well_formed(void **state)
 {
 	struct it *t = start_with_transfer();
-	struct prom *s = calloc(1, sizeof(*s));
+	struct pd_prom *s = calloc(1, sizeof(*s));
 	struct pd_run_result r = { 0 };
 	char want[160];
 
@@ -396,11 +261,8 @@ static void test_metrics_well_formed(void **state)
 	assert_non_null(s);
 	(void)wait_status_num(&t->d, "histograms.admit_wait.count", 1);
 	RUN(&t->d, 0, "metrics");
-	assert_true(r.out_len > 0 && r.out[r.out_len - 1] == '\n');
-	for (char *line = r.out, *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
-		*nl = '\0';
-		prom_line(s, line, t->d.name);
-	}
+	assert_true(r.out_len > 0);
+	pd_prom_check(s, r.out, t->d.name);
 	assert_true(s->nfam > 20);
 	assert_true(s->histograms >= 1);
 	assert_true(s->samples >= s->nfam);

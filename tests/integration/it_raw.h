@@ -17,22 +17,29 @@
 #include "pd_segment.h"
 #include "pd_tcp.h"
 
-/* b's data port, from its start-up line; -1 when not found. */
-static inline int it_data_port(const struct pd_test_broker *b)
+/* The port after key (e.g. ", data 127.0.0.1:") in b's log, its start-up
+ * line; -1 when not found (yet). */
+static inline int it_logged_port(const struct pd_test_broker *b, const char *key)
 {
 	char line[512];
 	FILE *f = fopen(b->log, "r");
 	int port = -1;
 
 	while (f && fgets(line, sizeof(line), f)) {
-		const char *p = strstr(line, ", data 127.0.0.1:");
+		const char *p = strstr(line, key);
 
 		if (p)
-			port = atoi(p + strlen(", data 127.0.0.1:"));
+			port = atoi(p + strlen(key));
 	}
 	if (f)
 		(void)fclose(f);
 	return port;
+}
+
+/* b's data port, from its start-up line; -1 when not found. */
+static inline int it_data_port(const struct pd_test_broker *b)
+{
+	return it_logged_port(b, ", data 127.0.0.1:");
 }
 
 /* A connection to 127.0.0.1:port, or -1. */

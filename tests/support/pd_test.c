@@ -84,3 +84,26 @@ int pd_test_unix_listening(const char *path)
 	(void)close(fd);
 	return ok;
 }
+
+uint64_t pd_test_cpu_ticks(pid_t pid)
+{
+	char path[64], b[1024], *p = NULL;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+	size_t n;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	n = fread(b, 1, sizeof(b) - 1, f);
+	(void)fclose(f);
+	b[n] = '\0';
+	p = strrchr(b, ')'); /* comm may hold spaces */
+	/* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt cmajflt utime stime */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+			 &st) != 2)
+		return 0;
+	return (uint64_t)ut + st;
+}

@@ -27,4 +27,8 @@ int pd_test_wait(pid_t pid, uint32_t timeout_ms);
 /* 1 when a unix socket at path accepts a connection, else 0. */
 int pd_test_unix_listening(const char *path);
 
+/* The CPU time (utime + stime, in clock ticks) process pid has used; 0 when
+ * it cannot be read. */
+uint64_t pd_test_cpu_ticks(pid_t pid);
+
 #endif

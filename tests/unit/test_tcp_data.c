@@ -5,6 +5,7 @@
  * once; the completion eventfd; two peers at once; an idle instance using
  * no CPU. The fixture is tcp_fixture.h; failures are in test_tcp.c.
  */
+#include "pd_test.h"
 #include "tcp_fixture.h"
 
 #define KIB 1024u
@@ -253,27 +254,6 @@ static void test_two_peers(void **state)
 	free(src);
 }
 
-/* utime + stime of the whole process, in clock ticks. */
-static uint64_t cpu_ticks(void)
-{
-	char buf[1024], *p;
-	unsigned long ut = 0, st = 0;
-	FILE *fp = fopen("/proc/self/stat", "r");
-	size_t n;
-
-	assert_non_null(fp);
-	n = fread(buf, 1, sizeof(buf) - 1, fp);
-	fclose(fp);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');               /* comm may hold spaces */
-	assert_non_null(p);
-	/* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt
-	 * majflt cmajflt utime(14) stime(15) */
-	assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
-				&ut, &st), 2);
-	return (uint64_t)ut + st;
-}
-
 /* Connected, listening, nothing to do: threads sleep in poll(). Tolerant
  * bound: 5% of a core over 1 s (clock ticks are 10 ms coarse). */
 static void test_idle_cpu(void **state)
@@ -293,9 +273,9 @@ static void test_idle_cpu(void **state)
 	assert_int_equal(fx_wait(f->tx, &cpl, 1, FX_WAIT_MS), 1);
 	assert_int_equal(cpl.status, 0);
 	fx_sleep_ms(50);
-	t0 = cpu_ticks();
+	t0 = pd_test_cpu_ticks(getpid());
 	fx_sleep_ms(1000);
-	used_ms = (cpu_ticks() - t0) * 1000 / (uint64_t)hz;
+	used_ms = (pd_test_cpu_ticks(getpid()) - t0) * 1000 / (uint64_t)hz;
 	print_message("idle: %" PRIu64 " ms of CPU in 1000 ms\n", used_ms);
 	assert_true(used_ms <= 50);
 }
