@@ -231,7 +231,9 @@ check-symbols: $(LIBAGENT) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE)
 	if [ -n "$$bad" ]; then echo "non-pd_ globals in the libraries: $$bad"; exit 1; fi; \
 	echo "check-symbols: libpdagent.so exports, and the libraries define, only pd_* symbols"
 
+# it_metrics scrapes with curl (installed by tools/deps.sh; skipped, saying so, without).
 test: check-headers check-symbols $(UNIT_BIN) $(IT_BIN)
+	@command -v curl >/dev/null 2>&1 || tools/deps.sh install || true
 	@PD_TEST_LOOPS=$(LOOPS) tests/run.sh $(UNIT_BIN) $(IT_BIN)
 
 check:

@@ -4,8 +4,9 @@
 #   tools/deps.sh check     exit 0 when everything is installed, 1 otherwise
 set -euo pipefail
 
+# curl: the HTTP client of the --metrics-listen tests (it_metrics).
 PKGS=(build-essential pkg-config clang libclang-rt-14-dev clang-tidy cppcheck libcmocka-dev libxxhash-dev libzmq3-dev libbsd-dev
-      libmsgpack-dev libjansson-dev libibverbs-dev librdmacm-dev)
+      libmsgpack-dev libjansson-dev libibverbs-dev librdmacm-dev curl)
 
 missing=()
 for p in "${PKGS[@]}"; do
