@@ -52,6 +52,7 @@ static void on_tick(void *ctx)
 	uint64_t now = pd_now_ns();
 
 	pd_agents_tick(b->agents, now);
+	pd_broker_leases_check(b, now);
 	pd_broker_waiters_expire(b, now);
 	if (b->rx)
 		(void)pd_rx_tick(b->rx, now);
@@ -284,6 +285,8 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	if (rc == 0)
 		rc = make_loop_and_agents(b, err, errlen);
 	if (rc == 0)
+		rc = pd_broker_leases_init(b);
+	if (rc == 0)
 		rc = make_engines(b);
 	if (rc == 0)
 		rc = pd_broker_xport_init(b, err, errlen);
@@ -339,6 +342,7 @@ void pd_broker_destroy(struct pd_broker *b)
 		pd_layout_close(&b->shm);
 	free(b->grant);
 	pd_broker_scratch_free(b);
+	pd_broker_leases_fini(b);
 	free(b->acct);
 	(void)pthread_mutex_destroy(&b->tok_lock);
 	free(b);

@@ -281,14 +281,11 @@ void pd_broker_waiters_expire(struct pd_broker *b, uint64_t now)
 	}
 }
 
-/* The agent is gone: its loans come back, its requests are aborted. */
-static void on_detach(void *ctx, uint32_t agent)
+/* Agent's requests are aborted, its recv waits dropped. */
+static void end_requests(struct pd_broker *b, uint32_t agent)
 {
-	struct pd_broker *b = ctx;
 	struct waiter *w, *next;
 
-	if (b->shm.has_send)
-		(void)pd_pool_reclaim(&b->shm.send, agent);
 	if (b->tx)
 		(void)pd_tx_agent_gone(b->tx, agent, pd_now_ns());
 	for (w = LIST_FIRST(&b->waiters); w; w = next) {
@@ -298,10 +295,26 @@ static void on_detach(void *ctx, uint32_t agent)
 			free(w);
 		}
 	}
+}
+
+/* Fenced (a lease broke): its requests end; its loans wait for on_detach. */
+static void on_fence(void *ctx, uint32_t agent)
+{
+	end_requests(ctx, agent);
+}
+
+/* The agent is gone: its loans come back, its requests are aborted. */
+static void on_detach(void *ctx, uint32_t agent)
+{
+	struct pd_broker *b = ctx;
+
+	if (b->shm.has_send)
+		(void)pd_pool_reclaim(&b->shm.send, agent);
+	end_requests(b, agent);
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_AGENTS_RECLAIMED], 1);
 	pd_stat_set(&b->shm.seg.hdr->stats[PD_STAT_AGENTS], pd_agents_count(b->agents));
 }
 
 const struct pd_agents_ops pd_broker_agent_ops = {
-	.on_sqes = on_sqes, .on_attach = on_attach, .on_detach = on_detach,
+	.on_sqes = on_sqes, .on_attach = on_attach, .on_detach = on_detach, .on_fence = on_fence,
 };

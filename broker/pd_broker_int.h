@@ -149,6 +149,10 @@ struct pd_broker {
 	struct peer_acct *acct;       /* MAX_TOKENS, by peer id */
 	struct pd_admin *admin;
 	uint64_t admin_requests, admin_bad;
+	struct pd_lease *loan_clock;  /* pd_broker_lease.c: send slots' loans */
+	struct pd_lease *pin_clock;   /* ... and the agents' recv pins */
+	uint64_t lease_next_ns;
+	uint64_t loans_orphaned;      /* loans past their lease that no agent held: freed */
 	struct pd_metrics *metrics;   /* --metrics-listen (pd_metrics_http.c); NULL: off */
 	char data_addr[300];          /* the data listener as bound, "" when none */
 	/* Transports per peer (pd_broker_xport.c; control thread only). */
@@ -174,6 +178,11 @@ extern const struct pd_agents_ops pd_broker_agent_ops;
 void pd_broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
 			uint32_t chunks, uint64_t tag);
 void pd_broker_waiters_expire(struct pd_broker *b, uint64_t now);
+
+/* pd_broker_lease.c: loans and pins are leases (see there). */
+int pd_broker_leases_init(struct pd_broker *b);
+void pd_broker_leases_fini(struct pd_broker *b);
+void pd_broker_leases_check(struct pd_broker *b, uint64_t now);
 
 /* pd_broker_net.c */
 extern const struct pd_tx_ops pd_broker_tx_ops;

@@ -167,6 +167,8 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 	pd_stats_set(p->s, p->n++, "admin.requests", C, b->admin_requests);
 	pd_stats_set(p->s, p->n++, "admin.bad", C, b->admin_bad);
 	pd_stats_set(p->s, p->n++, "agents.pins_reclaimed", C, pd_agents_pins_reclaimed(b->agents));
+	pd_stats_set(p->s, p->n++, "agents.fenced", C, pd_agents_fenced(b->agents));
+	pd_stats_set(p->s, p->n++, "pool.send.loans_orphaned", C, b->loans_orphaned);
 	if (b->rx) {
 		pd_rx_get_stats(b->rx, &rs);
 		put_table(p, "rx.", rx_fields, PD_ARRAY_SIZE(rx_fields), &rs, 0);

@@ -26,6 +26,7 @@
 /* Agent slot states. */
 #define PD_AGENT_FREE     0u
 #define PD_AGENT_ATTACHED 1u
+#define PD_AGENT_FENCED   2u /* a lease broke: the broker no longer serves it */
 
 struct pd_agent_slot {
 	_Atomic uint32_t state;     /* writer: broker */

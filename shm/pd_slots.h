@@ -186,6 +186,11 @@ int pd_pool_set_state(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n, ui
 int pd_pool_cancel(struct pd_pool *p, uint64_t tag);
 /* Free every slot of owner and drop its waits (it died). @return slots freed. */
 int pd_pool_reclaim(struct pd_pool *p, uint32_t owner);
+/* Free one slot if it is still in state with ref's generation (a loan
+ * nobody holds), rebuilding the free stack from the descriptors (the shared
+ * stack may list it already). @return 1 freed, 0 it changed meanwhile;
+ * -EINVAL; -ETIMEDOUT. */
+int pd_pool_reclaim_slot(struct pd_pool *p, pd_slot_ref ref, uint32_t state);
 
 /* A slot as the pool's only allocator knows it: PD_SLOT_FREE, or its state
  * and generation. */

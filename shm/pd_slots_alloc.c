@@ -518,6 +518,28 @@ int pd_pool_reclaim(struct pd_pool *p, uint32_t owner)
 	return (int)n;
 }
 
+int pd_pool_reclaim_slot(struct pd_pool *p, pd_slot_ref ref, uint32_t state)
+{
+	struct pd_slot_desc *d;
+	int rc;
+
+	if (!p || PD_SLOT_REF_IDX(ref) >= p->nslots || state == PD_SLOT_FREE)
+		return -EINVAL;
+	rc = lock_short(p, PD_POOL_OWNER_NONE);
+	if (rc < 0)
+		return rc;
+	d = &p->desc[PD_SLOT_REF_IDX(ref)];
+	rc = slot_state(d) == state && d->gen == PD_SLOT_REF_GEN(ref);
+	if (rc) {
+		slot_set_state(d, PD_SLOT_FREE);
+		rebuild(p);
+		pd_stat_add1w(&p->shm->stats.reclaimed, 1);
+		pd_cond_broadcast(&p->shm->cond);
+	}
+	pd_pool_unlock(p);
+	return rc;
+}
+
 /* Under the lock: make descriptor i say t. @return 1 when it did not. */
 static int resync_one(struct pd_pool *p, uint32_t i, uint32_t owner, const struct pd_slot_truth *t)
 {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Agents: attach handshake, liveness, ring draining, completions, doorbells. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -18,6 +19,7 @@
 #define E_FREE     0u
 #define E_HELLO    1u
 #define E_ATTACHED 2u
+#define E_FENCED   3u /* its leases broke: killed, gone when its socket closes */
 
 #define HELLO_TIMEOUT_NS (2ull * PD_NS_PER_S)
 #define OPS_PER_TURN     64u  /* per agent, so that one agent cannot starve others */
@@ -38,6 +40,7 @@ struct ent {
 	struct pd_ring_view sq, cq;
 	STAILQ_HEAD(, pending) pend;
 	uint32_t npend;
+	int32_t pid;                 /* from SO_PEERCRED at hello */
 };
 
 struct pd_agents {
@@ -49,6 +52,7 @@ struct pd_agents {
 	uint32_t max;
 	struct pd_sqe *buf;          /* one PUT: header + PD_RX_MAX_BATCH chunks */
 	uint64_t pins_reclaimed;     /* recv index pins dropped from agents' journals */
+	uint64_t fenced;             /* agents fenced (pd_agents_fence()) */
 	struct ent ent[PD_MAX_AGENTS];
 };
 
@@ -111,7 +115,7 @@ static void detach(struct ent *e, int notify)
 	e->fd = e->bell = -1;
 	drop_pending(e);
 	e->state = E_FREE;
-	if (was != E_ATTACHED)
+	if (was != E_ATTACHED && was != E_FENCED)
 		return;
 	atomic_store_explicit(&ag->o.shm->agents->slot[e->id - 1].state, PD_AGENT_FREE,
 			      memory_order_release);
@@ -126,6 +130,45 @@ void pd_agents_kick(struct pd_agents *ag, uint32_t id)
 {
 	if (ag && id >= 1 && id <= ag->max)
 		detach(&ag->ent[id - 1], 1);
+}
+
+int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *why)
+{
+	struct ent *e;
+
+	if (!ag || id < 1 || id > ag->max || ag->ent[id - 1].state != E_ATTACHED ||
+	    ag->ent[id - 1].pid != pid || pid <= 0)
+		return -ENOENT;
+	e = &ag->ent[id - 1];
+	e->state = E_FENCED;
+	ag->fenced++;
+	atomic_store_explicit(&ag->o.shm->agents->slot[id - 1].state, PD_AGENT_FENCED,
+			      memory_order_release);
+	drop_pending(e);
+	if (kill(pid, SIGKILL) == 0) { /* its socket closes as it dies: detach() */
+		PD_LOG(WARN, ctl, "agent %u (pid %d) fenced: %s; killed", id, pid, why);
+		return 0;
+	}
+	PD_LOG(WARN, ctl, "agent %u (pid %d) fenced: %s; cannot kill it (%s): its requests "
+	       "fail, its loans come back when it detaches or exits", id, pid, why,
+	       pd_strerror(-errno));
+	reclaim_pins(ag, id); /* it only reads what they hold: free now */
+	if (ag->o.ops->on_fence)
+		ag->o.ops->on_fence(ag->o.ctx, id);
+	return 0;
+}
+
+int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id)
+{
+	if (!ag || id < 1 || id > ag->max ||
+	    (ag->ent[id - 1].state != E_ATTACHED && ag->ent[id - 1].state != E_FENCED))
+		return 0;
+	return ag->ent[id - 1].pid;
+}
+
+uint64_t pd_agents_fenced(const struct pd_agents *ag)
+{
+	return ag ? ag->fenced : 0;
 }
 
 uint32_t pd_agents_count(const struct pd_agents *ag)
@@ -225,6 +268,7 @@ static void on_hello(struct ent *e)
 		return;
 	}
 	e->state = E_ATTACHED;
+	e->pid = cred.pid;
 	ag->nattached++;
 	PD_LOG(INFO, ctl, "agent %u attached (pid %d, rank %u)", e->id, cred.pid, h.tp_rank);
 	ag->o.ops->on_attach(ag->o.ctx, e->id, &ag->o.shm->agents->slot[e->id - 1]);

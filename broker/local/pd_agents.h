@@ -34,6 +34,9 @@ struct pd_agents_ops {
 	/* Agent id attached / is gone (socket closed: it exited or died). */
 	void (*on_attach)(void *ctx, uint32_t id, const struct pd_agent_slot *s);
 	void (*on_detach)(void *ctx, uint32_t id);
+	/* Agent id was fenced and could not be killed (pd_agents_fence()): its
+	 * requests end now; its loans stay its own until on_detach (optional). */
+	void (*on_fence)(void *ctx, uint32_t id);
 };
 
 struct pd_agents_opts {
@@ -65,6 +68,25 @@ int pd_agents_complete(struct pd_agents *ag, uint32_t id, const struct pd_cqe *c
 
 /* Drop agent id (protocol error, shutdown); on_detach runs. */
 void pd_agents_kick(struct pd_agents *ag, uint32_t id);
+
+/**
+ * Fence agent id, attached as process pid, for why (logged): it is no
+ * longer served and its process is sent SIGKILL, since it can still write
+ * the staging memory it was loaned, which is given to others only once it
+ * cannot: its socket closes as it dies and on_detach runs as for any agent
+ * gone. When it cannot be killed (another user's), its pins are dropped and
+ * on_fence runs now; its loans wait for its detach or exit. The id is not
+ * given to a new agent meanwhile. @return 0; -ENOENT not attached, or not
+ * as pid.
+ */
+int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *why);
+
+/* The pid agent id attached as (SO_PEERCRED) while attached or fenced
+ * and not yet gone; 0 otherwise. */
+int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id);
+
+/* Agents fenced since start (counter). */
+uint64_t pd_agents_fenced(const struct pd_agents *ag);
 
 /* Attached agents (gauge). */
 uint32_t pd_agents_count(const struct pd_agents *ag);

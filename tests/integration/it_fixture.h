@@ -47,6 +47,7 @@ struct it_opts {
 	const char *d_admission;         /* the decode broker's --admission-timeout; NULL: its default */
 	const char *d_data;              /* the decode broker's --data; NULL: 127.0.0.1:0 */
 	const char *const *d_extra;      /* more of the decode broker's flags, NULL-ended */
+	const char *const *p_extra;      /* more of the prefill brokers' flags, NULL-ended */
 };
 
 /* A broker's command line, kept while it may be restarted. */
@@ -95,7 +96,7 @@ static inline const char *const *it_args(struct it_args *a, uint32_t send, uint3
 			a->v[n++] = flags[i][1];
 		}
 	}
-	for (const char *const *x = prefill ? NULL : o->d_extra; x && *x && n < 33; x++)
+	for (const char *const *x = prefill ? o->p_extra : o->d_extra; x && *x && n < 33; x++)
 		a->v[n++] = *x;
 	a->v[n] = NULL;
 	return a->v;

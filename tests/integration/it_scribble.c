@@ -12,32 +12,13 @@
 #include <sys/wait.h>
 
 #include "it_fixture.h"
+#include "it_shmmap.h"
 #include "pd_shm_layout.h"
 
 struct scribble {
 	const struct pd_test_broker *b;
 	int region;                  /* PD_REGION_*, or -1: the header */
 };
-
-/* Where this process mapped b's segment (from /proc/self/maps), or NULL. */
-static uint8_t *mapped_segment(const struct pd_test_broker *b)
-{
-	char line[512], want[128];
-	FILE *f = fopen("/proc/self/maps", "r");
-	unsigned long lo = 0;
-
-	(void)snprintf(want, sizeof(want), "/dev/shm/pdkv.%s", b->name);
-	while (f && fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = '\0';
-		if (strstr(line, want) && strstr(line, " 00000000 ")) { /* offset 0 */
-			lo = strtoul(line, NULL, 16);
-			break;
-		}
-	}
-	if (f)
-		(void)fclose(f);
-	return (uint8_t *)lo;
-}
 
 /* The child: attach as a decode agent, then write where it must not. It
  * returns (exit 0) only if the write did not fault. */
@@ -51,7 +32,7 @@ static int scribbler(void *arg)
 
 	if (pd_test_agent_attach(s->b, PD_AGENT_RECV | PD_AGENT_SEND, &a) < 0)
 		return 2;
-	base = mapped_segment(s->b);
+	base = it_mapped_segment(s->b);
 	if (!base)
 		return 3;
 	memcpy(&h, base, sizeof(h));

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Leases (--loan-timeout, --recv-ttl): a send slot loaned with the same
+ * generation for longer than --loan-timeout, or a recv pin recorded in an
+ * agent's journal for longer than --recv-ttl, breaks its lease. The agent
+ * holding it is fenced (pd_agents_fence(): killed, its loans back once it
+ * is gone); a loan whose descriptor names no attached agent (or another
+ * process than the one attached under that id: the descriptor is shared
+ * memory a worker can write) is freed at once. The clocks are the
+ * broker's own (pd_lease.h); the descriptors and journals are only looked
+ * at, never trusted for more than which lease to time.
+ */
+#include <stdio.h>
+
+#include "pd_broker_int.h"
+#include "pd_lease.h"
+#include "pd_log.h"
+#include "pd_time.h"
+
+#define CHECK_EVERY_NS (250 * PD_NS_PER_MS)
+
+int pd_broker_leases_init(struct pd_broker *b)
+{
+	uint32_t pins = b->shm.has_recv ? b->shm.max_agents * b->shm.pins_per_agent : 0;
+
+	b->loan_clock = pd_lease_create(b->shm.has_send ? b->shm.send.nslots : 0);
+	b->pin_clock = pd_lease_create(pins);
+	return b->loan_clock && b->pin_clock ? 0 : -ENOMEM;
+}
+
+void pd_broker_leases_fini(struct pd_broker *b)
+{
+	pd_lease_destroy(b->loan_clock);
+	pd_lease_destroy(b->pin_clock);
+	b->loan_clock = b->pin_clock = NULL;
+}
+
+static void fence(struct pd_broker *b, uint32_t agent, int32_t pid, const char *what,
+		  uint64_t age_ns)
+{
+	char why[96];
+
+	(void)snprintf(why, sizeof(why), "%s held %.1f s, over its lease", what,
+		       (double)age_ns / 1e9);
+	(void)pd_agents_fence(b->agents, agent, pid, why);
+}
+
+/* A loan past its lease: fence its agent, or free it when nobody holds it. */
+static void loan_expired(struct pd_broker *b, uint32_t i, const struct pd_slot_desc *d,
+			 uint64_t age_ns)
+{
+	pd_slot_ref ref = PD_SLOT_REF(i, d->gen);
+	int32_t pid = pd_agents_pid(b->agents, d->owner);
+	char what[48];
+
+	if (pid > 0 && pid == d->pid) {
+		(void)snprintf(what, sizeof(what), "send slot %u", i);
+		fence(b, d->owner, pid, what, age_ns);
+		return;
+	}
+	if (pd_pool_reclaim_slot(&b->shm.send, ref, PD_SLOT_LOANED) == 1) {
+		b->loans_orphaned++;
+		PD_LOG_RL(WARN, shm, "send slot %u: loaned %.1f s to agent %u (pid %d), which is "
+			  "not attached as that process: freed", i, (double)age_ns / 1e9, d->owner,
+			  d->pid);
+	}
+}
+
+static void check_loans(struct pd_broker *b, uint64_t now)
+{
+	const struct pd_pool *p = &b->shm.send;
+
+	for (uint32_t i = 0; b->shm.has_send && i < p->nslots; i++) {
+		struct pd_slot_desc d;
+		uint64_t age;
+
+		if (pd_pool_desc_get(p, i, &d) < 0)
+			continue;
+		age = pd_lease_age(b->loan_clock, i, d.state == PD_SLOT_LOANED,
+				   (uint64_t)d.gen << 32 | d.owner, now);
+		if (age > b->cfg.loan_timeout_ns)
+			loan_expired(b, i, &d, age);
+	}
+}
+
+/* Agent slot a's journal: its oldest record past the lease fences it. */
+static void check_pins_of(struct pd_broker *b, uint32_t a, uint64_t now)
+{
+	_Atomic uint32_t *cell = pd_layout_pins(&b->shm, a);
+	int32_t pid = pd_agents_pid(b->agents, a + 1);
+	uint32_t n = b->shm.pins_per_agent;
+	uint64_t worst = 0;
+
+	for (uint32_t c = 0; cell && c < n; c++) {
+		uint32_t rec = atomic_load_explicit(&cell[c], memory_order_relaxed);
+		uint64_t age = pd_lease_age(b->pin_clock, a * n + c, pid > 0 && rec, rec, now);
+
+		worst = age > worst ? age : worst;
+	}
+	if (pid > 0 && worst > b->cfg.recv_ttl_ns)
+		fence(b, a + 1, pid, "a recv pin", worst);
+}
+
+void pd_broker_leases_check(struct pd_broker *b, uint64_t now)
+{
+	if (!b->loan_clock || now < b->lease_next_ns)
+		return;
+	b->lease_next_ns = now + CHECK_EVERY_NS;
+	if (b->cfg.loan_timeout_ns)
+		check_loans(b, now);
+	for (uint32_t a = 0; b->shm.has_recv && a < b->shm.max_agents; a++)
+		check_pins_of(b, a, now);
+}

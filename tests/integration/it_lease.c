@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Loans and pins are leases. An agent stopped (SIGSTOP, as a debugger
+ * does) while it holds most of the send pool, or pins in the recv pool,
+ * is fenced once its lease (--loan-timeout, --recv-ttl) is over: killed,
+ * its slots back, the other agents' requests complete. Without a lease the
+ * same stop holds the slots for as long as it lasts. A loan whose
+ * descriptor names no attached agent is freed, and nobody is fenced for it.
+ */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "it_fixture.h"
+#include "it_shmmap.h"
+#include "pd_shm_layout.h"
+#include "pd_slots.h"
+
+#define HOG 14u /* of 16 send slots */
+
+static pid_t hog_pid; /* killed by the teardown: a failed test must not leave it stopped */
+
+static int kill_hog(void **state)
+{
+	(void)state;
+	if (hog_pid > 0) {
+		(void)kill(hog_pid, SIGKILL);
+		(void)waitpid(hog_pid, NULL, 0);
+	}
+	hog_pid = 0;
+	return 0;
+}
+
+struct hog {
+	struct it *t;
+	int fd;          /* write "1" once holding */
+	const char *req; /* recv: the request to pin */
+	int scribble;    /* send: make the loans' descriptors name nobody */
+};
+
+static int ready(const struct hog *h)
+{
+	return write(h->fd, "1", 1) == 1 ? 0 : 1;
+}
+
+/* The loans' descriptors, as this process can write them. */
+static void name_nobody(struct hog *h, const pd_slot_ref *r, uint32_t n)
+{
+	uint8_t *base = it_mapped_segment(&h->t->p);
+	const struct pd_shm_hdr *hdr = (const void *)base;
+	struct pd_pool_shm *pool = (void *)(base + hdr->regions[PD_REGION_SEND_POOL].off);
+	struct pd_slot_desc *d = (void *)((uint8_t *)pool + pool->desc_off);
+
+	for (uint32_t i = 0; i < n; i++) {
+		d[PD_SLOT_REF_IDX(r[i])].owner = 77;
+		d[PD_SLOT_REF_IDX(r[i])].pid = 1;
+	}
+}
+
+/* Child: loan HOG send slots, then stop (or, scribbling, wait to be killed). */
+static int hog_loans(void *arg)
+{
+	struct hog *h = arg;
+	struct pd_agent *a = NULL;
+	pd_slot_ref r[HOG];
+
+	if (pd_test_agent_attach(&h->t->p, PD_AGENT_SEND, &a) < 0 ||
+	    it_declare_on(h->t, a, "hog", HOG) < 0 || it_wait_admission(a, "hog") != PD_REQ_ADMITTED ||
+	    pd_alloc(a, "hog", HOG, r, IT_WAIT_MS) != 0)
+		return 2;
+	if (h->scribble)
+		name_nobody(h, r, HOG);
+	if (ready(h))
+		return 3;
+	if (h->scribble)
+		(void)pause();
+	else
+		(void)raise(SIGSTOP);
+	return 0;
+}
+
+/* Child: pin every chunk of h->req at the decode broker, then stop. */
+static int hog_pins(void *arg)
+{
+	struct hog *h = arg;
+	struct pd_agent *a = NULL;
+	struct pd_recv_info info;
+
+	if (pd_test_agent_attach(&h->t->d, PD_AGENT_RECV, &a) < 0 ||
+	    pd_recv_wait(a, h->req, IT_WAIT_MS, &info) < 0 || info.status != 0)
+		return 2;
+	for (uint32_t i = 0; i < info.chunks; i++) {
+		const void *p;
+		uint32_t len;
+		char key[48];
+
+		it_key(key, sizeof(key), h->req, i);
+		if (pd_recv_lookup(a, key, (uint32_t)strlen(key), &p, &len) < 0)
+			return 3;
+	}
+	if (ready(h))
+		return 4;
+	(void)raise(SIGSTOP);
+	return 0;
+}
+
+/* How the hog ended (reaped: the teardown leaves it alone). */
+static int wait_hog(pid_t pid)
+{
+	int st = pd_test_wait(pid, IT_WAIT_MS);
+
+	hog_pid = 0;
+	return st;
+}
+
+/* Fork fn with a pipe for its word; return once it holds what it holds. */
+static pid_t start_hog(struct hog *h, int (*fn)(void *))
+{
+	int fds[2];
+	pid_t pid;
+	char c;
+
+	assert_int_equal(pipe(fds), 0);
+	h->fd = fds[1];
+	pid = pd_test_fork(fn, h);
+	assert_true(pid > 0);
+	hog_pid = pid;
+	(void)close(fds[1]);
+	assert_int_equal(read(fds[0], &c, 1), 1);
+	(void)close(fds[0]);
+	return pid;
+}
+
+static void put_and_verify(struct it *t, const char *req)
+{
+	assert_int_equal(it_put(t, req, 0, 4, 4), 0);
+	it_expect_event(t, req, PD_EV_PUT_DONE);
+	it_verify(t, req, 4);
+	assert_int_equal(pd_recv_release(t->da, req), 0);
+}
+
+static void test_stopped_loaner_is_fenced(void **state)
+{
+	static const char *const lease[] = { "--loan-timeout", "1s", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 64,
+							.p_extra = lease });
+	struct hog h = { .t = t };
+	pid_t pid = start_hog(&h, hog_loans);
+
+	(void)state;
+	assert_int_equal(it_free_slots(&t->p, 0), 16 - HOG);
+	put_and_verify(t, "A"); /* its 4 slots come with the fence */
+	assert_int_equal(wait_hog(pid), 128 + SIGKILL);
+	assert_int_equal(it_wait_stat(&t->p, "agents.fenced", 1), 1);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	assert_int_equal(it_wait_free(&t->d, 1, 64), 64); /* its request's reservation too */
+	put_and_verify(t, "B");
+	it_stop(t, 0);
+}
+
+/* The same stop with --loan-timeout 0: the slots stay held. */
+static void test_without_a_lease_the_stop_holds(void **state)
+{
+	static const char *const none[] = { "--loan-timeout", "0", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 64,
+							.p_extra = none });
+	struct hog h = { .t = t };
+	pid_t pid = start_hog(&h, hog_loans);
+	pd_slot_ref r[4];
+	int rc;
+
+	(void)state;
+	assert_int_equal(it_declare_on(t, t->pa, "A", 4), 0);
+	assert_int_equal(it_wait_admission(t->pa, "A"), PD_REQ_ADMITTED);
+	rc = pd_alloc(t->pa, "A", 4, r, 2500);
+	(void)kill(pid, SIGKILL); /* before asserting: a failure must not leave it */
+	assert_int_equal(rc, -ETIMEDOUT);
+	assert_int_equal(wait_hog(pid), 128 + SIGKILL);
+	assert_int_equal(it_stat(&t->p, "agents.fenced"), 0);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	assert_int_equal(pd_cancel(t->pa, "A"), 0);
+	it_stop(t, 0);
+}
+
+/* A decode agent stopped while pinning a request: fenced after --recv-ttl. */
+static void test_stopped_pinner_is_fenced(void **state)
+{
+	static const char *const ttl[] = { "--recv-ttl", "2s", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 16,
+							.d_extra = ttl });
+	struct hog h = { .t = t, .req = "P" };
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(it_put(t, "P", 0, 4, 4), 0);
+	it_expect_event(t, "P", PD_EV_PUT_DONE);
+	pid = start_hog(&h, hog_pins);
+	assert_int_equal(wait_hog(pid), 128 + SIGKILL);
+	assert_int_equal(it_wait_stat(&t->d, "agents.fenced", 1), 1);
+	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
+	put_and_verify(t, "Q");
+	it_stop(t, 0);
+}
+
+/* Loans whose descriptors name an agent that is not attached: freed after
+ * the lease, and the process that wrote them is not taken for their owner. */
+static void test_loans_naming_nobody_are_freed(void **state)
+{
+	static const char *const lease[] = { "--loan-timeout", "1s", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 64,
+							.p_extra = lease });
+	struct hog h = { .t = t, .scribble = 1 };
+	pid_t pid = start_hog(&h, hog_loans);
+	uint64_t orphaned = it_wait_stat(&t->p, "pool.send.loans_orphaned", HOG);
+	uint32_t free_now = it_wait_free(&t->p, 0, 16);
+	int alive = kill(pid, 0) == 0;
+
+	(void)state;
+	(void)kill(pid, SIGKILL);
+	assert_int_equal(wait_hog(pid), 128 + SIGKILL);
+	assert_int_equal(orphaned, HOG);
+	assert_int_equal(free_now, 16);
+	assert_true(alive);
+	assert_int_equal(it_stat(&t->p, "agents.fenced"), 0);
+	put_and_verify(t, "A");
+	it_stop(t, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_stopped_loaner_is_fenced, kill_hog),
+		cmocka_unit_test_teardown(test_without_a_lease_the_stop_holds, kill_hog),
+		cmocka_unit_test_teardown(test_stopped_pinner_is_fenced, kill_hog),
+		cmocka_unit_test_teardown(test_loans_naming_nobody_are_freed, kill_hog),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
