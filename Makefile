@@ -323,6 +323,7 @@ install: all
 	install -m 0644 include/pdkv/*.h $(DESTDIR)$(PREFIX)/include/pdkv/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define PD_VERSION_STRING "\(.*\)"/\1/p' include/pdkv/version.h)|' \
 		agent/pdkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/pdkv.pc
+	@tools/install-ldconfig.sh "$(DESTDIR)" "$(PREFIX)/lib"
 
 clean:
 	rm -rf build
