@@ -155,6 +155,19 @@ static void put_xports(struct pub *p, const struct pd_broker *b)
 		pd_stats_set(p->s, p->n++, names[i], C, v[i]);
 }
 
+/* What the broker keeps about its agents: pins, leases, completion queues. */
+static void put_agents(struct pub *p, const struct pd_broker *b)
+{
+	uint64_t queued, dropped;
+
+	pd_stats_set(p->s, p->n++, "agents.pins_reclaimed", C, pd_agents_pins_reclaimed(b->agents));
+	pd_stats_set(p->s, p->n++, "agents.fenced", C, pd_agents_fenced(b->agents));
+	pd_agents_cq_stats(b->agents, &queued, &dropped);
+	pd_stats_set(p->s, p->n++, "agents.cq_queued", G, queued);
+	pd_stats_set(p->s, p->n++, "agents.cq_dropped", C, dropped);
+	pd_stats_set(p->s, p->n++, "pool.send.loans_orphaned", C, b->loans_orphaned);
+}
+
 static void put_values(struct pub *p, const struct pd_broker *b)
 {
 	struct pd_rx_stats rs;
@@ -166,9 +179,7 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 	pd_stats_set(p->s, p->n++, "data.refused_writes", C, pd_stat_get(&b->refused_writes));
 	pd_stats_set(p->s, p->n++, "admin.requests", C, b->admin_requests);
 	pd_stats_set(p->s, p->n++, "admin.bad", C, b->admin_bad);
-	pd_stats_set(p->s, p->n++, "agents.pins_reclaimed", C, pd_agents_pins_reclaimed(b->agents));
-	pd_stats_set(p->s, p->n++, "agents.fenced", C, pd_agents_fenced(b->agents));
-	pd_stats_set(p->s, p->n++, "pool.send.loans_orphaned", C, b->loans_orphaned);
+	put_agents(p, b);
 	if (b->rx) {
 		pd_rx_get_stats(b->rx, &rs);
 		put_table(p, "rx.", rx_fields, PD_ARRAY_SIZE(rx_fields), &rs, 0);

@@ -53,6 +53,7 @@ struct pd_agents {
 	struct pd_sqe *buf;          /* one PUT: header + PD_RX_MAX_BATCH chunks */
 	uint64_t pins_reclaimed;     /* recv index pins dropped from agents' journals */
 	uint64_t fenced;             /* agents fenced (pd_agents_fence()) */
+	uint64_t cq_dropped;         /* completions refused: the agent's queue was full */
 	struct ent ent[PD_MAX_AGENTS];
 };
 
@@ -169,6 +170,15 @@ int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id)
 uint64_t pd_agents_fenced(const struct pd_agents *ag)
 {
 	return ag ? ag->fenced : 0;
+}
+
+void pd_agents_cq_stats(const struct pd_agents *ag, uint64_t *queued, uint64_t *dropped)
+{
+	*queued = *dropped = 0;
+	for (uint32_t i = 0; ag && i < ag->max; i++)
+		*queued += ag->ent[i].npend;
+	if (ag)
+		*dropped = ag->cq_dropped;
 }
 
 uint32_t pd_agents_count(const struct pd_agents *ag)
@@ -392,8 +402,12 @@ int pd_agents_complete(struct pd_agents *ag, uint32_t id, const struct pd_cqe *c
 	if (!ag || id < 1 || id > ag->max || ag->ent[id - 1].state != E_ATTACHED)
 		return -ENOENT;
 	e = &ag->ent[id - 1];
-	if (e->npend >= MAX_PENDING)
-		return -ENOMEM; /* the agent stopped reading its events */
+	if (e->npend >= MAX_PENDING) { /* the agent stopped reading its events */
+		ag->cq_dropped++;
+		PD_LOG_RL(WARN, ctl, "agent %u (pid %d) reads no completions: %u queued, more "
+			  "are dropped", id, e->pid, e->npend);
+		return -ENOBUFS;
+	}
 	p = malloc(sizeof(*p));
 	if (!p)
 		return -ENOMEM;

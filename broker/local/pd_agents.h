@@ -63,7 +63,10 @@ void pd_agents_before_sleep(struct pd_agents *ag);
 void pd_agents_tick(struct pd_agents *ag, uint64_t now_ns);
 
 /* Queue a completion for agent id (kept in order; delivered as ring room
- * allows). @return 0; -ENOENT no such agent; -ENOMEM. */
+ * allows). At most 4096 wait per agent beyond its ring: an agent that
+ * reads none costs the broker that much, no more; the rest are dropped,
+ * counted and logged. @return 0; -ENOENT no such agent; -ENOBUFS its
+ * queue is full (dropped); -ENOMEM. */
 int pd_agents_complete(struct pd_agents *ag, uint32_t id, const struct pd_cqe *c);
 
 /* Drop agent id (protocol error, shutdown); on_detach runs. */
@@ -84,6 +87,10 @@ int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *
 /* The pid agent id attached as (SO_PEERCRED) while attached or fenced
  * and not yet gone; 0 otherwise. */
 int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id);
+
+/* Completions waiting for room in agents' rings (gauge) and dropped
+ * because an agent's queue was full (counter). */
+void pd_agents_cq_stats(const struct pd_agents *ag, uint64_t *queued, uint64_t *dropped);
 
 /* Agents fenced since start (counter). */
 uint64_t pd_agents_fenced(const struct pd_agents *ag);

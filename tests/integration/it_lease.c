@@ -226,6 +226,37 @@ static void test_loans_naming_nobody_are_freed(void **state)
 	it_stop(t, 0);
 }
 
+/* An agent that reads none of its events costs the broker a bounded queue:
+ * what does not fit is dropped and counted, and the others are served. */
+static void test_unread_completions_are_capped(void **state)
+{
+	struct it *t = it_start(16, 64);
+	struct pd_agent *deaf = it_attach(&t->p, PD_AGENT_SEND);
+	uint64_t queued, dropped;
+	char req[32];
+
+	(void)state;
+	for (uint32_t i = 0; i < 6000; i++) {
+		struct pd_decl d = { .req_id = req, .endpoint = t->d.ctrl, .world_size = 1 };
+		uint64_t deadline = pd_deadline_ms(IT_WAIT_MS);
+		int rc;
+
+		(void)snprintf(req, sizeof(req), "deaf%u", i);
+		while ((rc = pd_declare(deaf, &d)) == -EAGAIN && pd_now_ns() < deadline)
+			(void)nanosleep(&(struct timespec){ 0, 1000 * 1000 }, NULL);
+		assert_int_equal(rc, 0);
+	}
+	dropped = it_wait_stat(&t->p, "agents.cq_dropped", 1);
+	queued = it_stat(&t->p, "agents.cq_queued");
+	(void)fprintf(stderr, "unread completions: %llu queued, %llu dropped\n", (unsigned long long)queued,
+		     (unsigned long long)dropped);
+	assert_true(dropped != UINT64_MAX && dropped > 0);
+	assert_true(queued <= 4096);
+	put_and_verify(t, "A");
+	pd_agent_detach(deaf);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -233,6 +264,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_without_a_lease_the_stop_holds, kill_hog),
 		cmocka_unit_test_teardown(test_stopped_pinner_is_fenced, kill_hog),
 		cmocka_unit_test_teardown(test_loans_naming_nobody_are_freed, kill_hog),
+		cmocka_unit_test(test_unread_completions_are_capped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
