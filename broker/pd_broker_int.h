@@ -153,6 +153,8 @@ struct pd_broker {
 	struct pd_lease *pin_clock;   /* ... and the agents' recv pins */
 	uint64_t lease_next_ns;
 	uint64_t loans_orphaned;      /* loans past their lease that no agent held: freed */
+	uint64_t lock_bad_since;      /* the send pool's mutex unavailable since; 0: fine */
+	uint64_t lock_resets;         /* ... made new (pd_pool_lock_reset()) */
 	struct pd_metrics *metrics;   /* --metrics-listen (pd_metrics_http.c); NULL: off */
 	char data_addr[300];          /* the data listener as bound, "" when none */
 	/* Transports per peer (pd_broker_xport.c; control thread only). */

@@ -9,6 +9,14 @@
  * memory a worker can write) is freed at once. The clocks are the
  * broker's own (pd_lease.h); the descriptors and journals are only looked
  * at, never trusted for more than which lease to time.
+ *
+ * The send pool's mutex is a lease too: agents hold it for microseconds.
+ * Unavailable to the broker for LOCK_STUCK_NS, it is taken back: from an
+ * attached agent the pool names as holder by fencing it (the robust mutex
+ * then repairs itself at the next lock), else (bytes overwritten, a holder
+ * that cannot be stopped, a refused repair) by making it new in place and
+ * rebuilding the free stack from the descriptors (pd_pool_lock_reset(),
+ * pool.send.lock_resets, logged).
  */
 #include <stdio.h>
 
@@ -18,6 +26,8 @@
 #include "pd_time.h"
 
 #define CHECK_EVERY_NS (250 * PD_NS_PER_MS)
+#define LOCK_TRY_MS    20u
+#define LOCK_STUCK_NS  (3 * PD_NS_PER_S)
 
 int pd_broker_leases_init(struct pd_broker *b)
 {
@@ -101,11 +111,47 @@ static void check_pins_of(struct pd_broker *b, uint32_t a, uint64_t now)
 		fence(b, a + 1, pid, "a recv pin", worst);
 }
 
+/* The pool's mutex stuck for LOCK_STUCK_NS: take it back (see the top). */
+static void lock_stuck(struct pd_broker *b, int rc, int32_t holder, uint64_t now)
+{
+	uint32_t agent = rc == -ETIMEDOUT ? pd_agents_by_pid(b->agents, holder) : 0;
+	double secs = (double)(now - b->lock_bad_since) / 1e9;
+	char why[80];
+
+	b->lock_bad_since = 0;
+	if (agent) {
+		(void)snprintf(why, sizeof(why), "held the send pool's lock %.1f s", secs);
+		(void)pd_agents_fence(b->agents, agent, holder, why);
+		return;
+	}
+	rc = pd_pool_lock_reset(&b->shm.send);
+	b->lock_resets += rc == 0;
+	PD_LOG(WARN, shm, "send pool lock unusable for %.1f s (holder pid %d, not an agent): "
+	       "%s", secs, holder, rc == 0 ? "made new, pool rebuilt" : pd_strerror(rc));
+}
+
+static void check_pool_lock(struct pd_broker *b, uint64_t now)
+{
+	int32_t holder = 0;
+	int rc = pd_pool_lock_check(&b->shm.send, LOCK_TRY_MS, &holder);
+
+	if (rc == 0) {
+		b->lock_bad_since = 0;
+		return;
+	}
+	if (!b->lock_bad_since)
+		b->lock_bad_since = now;
+	else if (now - b->lock_bad_since >= LOCK_STUCK_NS)
+		lock_stuck(b, rc, holder, now);
+}
+
 void pd_broker_leases_check(struct pd_broker *b, uint64_t now)
 {
 	if (!b->loan_clock || now < b->lease_next_ns)
 		return;
 	b->lease_next_ns = now + CHECK_EVERY_NS;
+	if (b->shm.has_send)
+		check_pool_lock(b, now);
 	if (b->cfg.loan_timeout_ns)
 		check_loans(b, now);
 	for (uint32_t a = 0; b->shm.has_recv && a < b->shm.max_agents; a++)

@@ -191,6 +191,23 @@ int pd_pool_reclaim(struct pd_pool *p, uint32_t owner);
  * stack may list it already). @return 1 freed, 0 it changed meanwhile;
  * -EINVAL; -ETIMEDOUT. */
 int pd_pool_reclaim_slot(struct pd_pool *p, pd_slot_ref ref, uint32_t state);
+/**
+ * Broker: is the pool's mutex usable? Takes and releases it, waiting at
+ * most timeout_ms (a dead holder's state is repaired on the way).
+ * @return 0 usable; -ETIMEDOUT held (*holder: the pid the pool records as
+ *         holder, unverified; 0 none); -ENOTRECOVERABLE, -EINVAL and other
+ *         errors: unusable as it is.
+ */
+int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder);
+/**
+ * Broker: make the pool's mutex and condvar new in place and rebuild the
+ * free stack and counts from the descriptors, for a mutex found stuck or
+ * unusable by pd_pool_lock_check() for long (its bytes overwritten, or a
+ * holder that cannot be stopped). Waiters blocked on the old one time out
+ * into the new one. A process that still held it loses it.
+ * @return 0; -EINVAL; errors of pthread_mutex_init.
+ */
+int pd_pool_lock_reset(struct pd_pool *p);
 
 /* A slot as the pool's only allocator knows it: PD_SLOT_FREE, or its state
  * and generation. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Slot pool: locking, owner-death repair, allocation, free, cancel, reclaim. */
 #include <errno.h>
+#include <time.h>
 #include <string.h>
 
 #include "pd_log.h"
@@ -108,13 +109,23 @@ static void set_holder(struct pd_pool_shm *s, uint32_t owner)
 	s->lock_pid = pd_self_pid();
 }
 
+/* A mutex found unusable (its bytes overwritten, a refused repair) is made
+ * new by the broker (pd_pool_lock_reset()): callers with a deadline wait
+ * for that rather than fail. */
+static int unusable(int rc)
+{
+	return rc == -ENOTRECOVERABLE || rc == -EINVAL;
+}
+
 int pd_pool_lock(struct pd_pool *p, uint32_t owner, uint64_t deadline_ns)
 {
 	int rc;
 
 	if (!p)
 		return -EINVAL;
-	rc = pd_mutex_lock_until(&p->shm->lock, deadline_ns, repair, p);
+	while (unusable(rc = pd_mutex_lock_until(&p->shm->lock, deadline_ns, repair, p)) &&
+	       pd_now_ns() < deadline_ns)
+		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
 	if (rc >= 0)
 		set_holder(p->shm, owner);
 	return rc;
@@ -538,6 +549,45 @@ int pd_pool_reclaim_slot(struct pd_pool *p, pd_slot_ref ref, uint32_t state)
 	}
 	pd_pool_unlock(p);
 	return rc;
+}
+
+int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder)
+{
+	int rc;
+
+	if (!p || !holder)
+		return -EINVAL;
+	*holder = 0;
+	rc = pd_mutex_lock_timeout(&p->shm->lock, timeout_ms, repair, p);
+	if (rc >= 0) {
+		pd_pool_unlock(p);
+		return 0;
+	}
+	if (rc == -ETIMEDOUT)
+		*holder = p->shm->lock_pid;
+	return rc;
+}
+
+int pd_pool_lock_reset(struct pd_pool *p)
+{
+	struct pd_pool_shm *s;
+	int rc;
+
+	if (!p)
+		return -EINVAL;
+	s = p->shm;
+	rc = pd_mutex_init(&s->lock);
+	if (rc == 0)
+		rc = pd_cond_init(&s->cond);
+	if (rc == 0)
+		rc = lock_short(p, PD_POOL_OWNER_NONE);
+	if (rc < 0)
+		return rc;
+	rebuild(p);
+	pd_stat_add1w(&s->stats.repairs, 1);
+	pd_cond_broadcast(&s->cond);
+	pd_pool_unlock(p);
+	return 0;
 }
 
 /* Under the lock: make descriptor i say t. @return 1 when it did not. */

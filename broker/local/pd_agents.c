@@ -167,6 +167,14 @@ int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id)
 	return ag->ent[id - 1].pid;
 }
 
+uint32_t pd_agents_by_pid(const struct pd_agents *ag, int32_t pid)
+{
+	for (uint32_t i = 0; ag && pid > 0 && i < ag->max; i++)
+		if (ag->ent[i].state == E_ATTACHED && ag->ent[i].pid == pid)
+			return i + 1;
+	return 0;
+}
+
 uint64_t pd_agents_fenced(const struct pd_agents *ag)
 {
 	return ag ? ag->fenced : 0;

@@ -92,6 +92,9 @@ int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id);
  * because an agent's queue was full (counter). */
 void pd_agents_cq_stats(const struct pd_agents *ag, uint64_t *queued, uint64_t *dropped);
 
+/* The attached agent of process pid (its first), 0 when none. */
+uint32_t pd_agents_by_pid(const struct pd_agents *ag, int32_t pid);
+
 /* Agents fenced since start (counter). */
 uint64_t pd_agents_fenced(const struct pd_agents *ag);
 

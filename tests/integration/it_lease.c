@@ -36,6 +36,7 @@ struct hog {
 	int fd;          /* write "1" once holding */
 	const char *req; /* recv: the request to pin */
 	int scribble;    /* send: make the loans' descriptors name nobody */
+	int lock;        /* 1: stop holding the send pool's mutex; 2: garbage over it */
 };
 
 static int ready(const struct hog *h)
@@ -43,18 +44,50 @@ static int ready(const struct hog *h)
 	return write(h->fd, "1", 1) == 1 ? 0 : 1;
 }
 
-/* The loans' descriptors, as this process can write them. */
-static void name_nobody(struct hog *h, const pd_slot_ref *r, uint32_t n)
+/* This process's view of the send pool of h's prefill broker. */
+static struct pd_pool_shm *send_pool(struct hog *h)
 {
 	uint8_t *base = it_mapped_segment(&h->t->p);
 	const struct pd_shm_hdr *hdr = (const void *)base;
-	struct pd_pool_shm *pool = (void *)(base + hdr->regions[PD_REGION_SEND_POOL].off);
-	struct pd_slot_desc *d = (void *)((uint8_t *)pool + pool->desc_off);
 
-	for (uint32_t i = 0; i < n; i++) {
+	return base ? (void *)(base + hdr->regions[PD_REGION_SEND_POOL].off) : NULL;
+}
+
+/* The loans' descriptors, as this process can write them. */
+static void name_nobody(struct hog *h, const pd_slot_ref *r, uint32_t n)
+{
+	struct pd_pool_shm *pool = send_pool(h);
+	struct pd_slot_desc *d = pool ? (void *)((uint8_t *)pool + pool->desc_off) : NULL;
+
+	for (uint32_t i = 0; d && i < n; i++) {
 		d[PD_SLOT_REF_IDX(r[i])].owner = 77;
 		d[PD_SLOT_REF_IDX(r[i])].pid = 1;
 	}
+}
+
+/* Child: take the send pool's mutex and stop (1), or write over it (2). */
+static int hog_lock(void *arg)
+{
+	struct hog *h = arg;
+	struct pd_agent *a = NULL;
+	struct pd_pool_shm *s;
+	struct pd_pool p;
+
+	if (pd_test_agent_attach(&h->t->p, PD_AGENT_SEND, &a) < 0 || !(s = send_pool(h)))
+		return 2;
+	if (h->lock == 2) {
+		memset(&s->lock, 0xa5, sizeof(s->lock));
+	} else if (pd_pool_open(&p, s, sizeof(*s) + 64 * 1024, NULL, 0) < 0 ||
+		   pd_pool_lock(&p, 0, pd_deadline_ms(1000)) < 0) {
+		return 3;
+	}
+	if (ready(h))
+		return 4;
+	if (h->lock == 2)
+		(void)pause();
+	else
+		(void)raise(SIGSTOP);
+	return 0;
 }
 
 /* Child: loan HOG send slots, then stop (or, scribbling, wait to be killed). */
@@ -257,6 +290,39 @@ static void test_unread_completions_are_capped(void **state)
 	it_stop(t, 0);
 }
 
+/* A stopped agent holding the send pool's mutex is fenced; the mutex
+ * repairs itself at the next lock and the others allocate again. */
+static void test_stopped_lock_holder_is_fenced(void **state)
+{
+	struct it *t = it_start(16, 64);
+	struct hog h = { .t = t, .lock = 1 };
+	pid_t pid = start_hog(&h, hog_lock);
+
+	(void)state;
+	put_and_verify(t, "A");
+	assert_int_equal(wait_hog(pid), 128 + SIGKILL);
+	assert_int_equal(it_wait_stat(&t->p, "agents.fenced", 1), 1);
+	assert_int_equal(it_stat(&t->p, "pool.send.lock_resets"), 0);
+	put_and_verify(t, "B");
+	it_stop(t, 0);
+}
+
+/* Bytes written over the send pool's mutex: the broker makes it new. */
+static void test_garbage_over_the_pool_lock_is_reset(void **state)
+{
+	struct it *t = it_start(16, 64);
+	struct hog h = { .t = t, .lock = 2 };
+
+	(void)state;
+	(void)start_hog(&h, hog_lock);
+	put_and_verify(t, "A");
+	assert_int_equal(it_wait_stat(&t->p, "pool.send.lock_resets", 1), 1);
+	assert_int_equal(it_stat(&t->p, "agents.fenced"), 0);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	put_and_verify(t, "B");
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -265,6 +331,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_stopped_pinner_is_fenced, kill_hog),
 		cmocka_unit_test_teardown(test_loans_naming_nobody_are_freed, kill_hog),
 		cmocka_unit_test(test_unread_completions_are_capped),
+		cmocka_unit_test_teardown(test_stopped_lock_holder_is_fenced, kill_hog),
+		cmocka_unit_test_teardown(test_garbage_over_the_pool_lock_is_reset, kill_hog),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
