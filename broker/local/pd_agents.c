@@ -376,9 +376,8 @@ static int drain(struct ent *e)
 
 		if (rc == 0)
 			return 0;
-		if (rc < 0) {
-			PD_LOG_RL(WARN, ctl, "agent %u: bad submission: kicked", e->id);
-			detach(e, 1);
+		if (rc < 0) { /* its memory is corrupt: it may write anything it can */
+			(void)pd_agents_fence(e->ag, e->id, e->pid, "bad submission");
 			return 0;
 		}
 	}

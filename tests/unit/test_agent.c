@@ -613,23 +613,38 @@ static void test_dead_agent_slots_come_back(void **state)
 	pd_agent_detach(a);
 }
 
-/* A submission the broker cannot parse gets the agent detached (its loans
- * come back); the agent then sees a closed broker. */
-static void test_garbage_submission_detaches_the_agent(void **state)
+/* Child: loan two slots, then submit what the API never would. */
+static int agent_sends_garbage(void *arg)
+{
+	struct fx *f = arg;
+	struct pd_agent_opts o;
+	struct pd_sqe e = { .op = 99 };
+	struct pd_agent *a;
+	pd_slot_ref r[2];
+
+	pd_agent_opts_init(&o, sizeof(o));
+	o.broker = f->name;
+	o.rundir = f->dir;
+	if (pd_agent_attach(&o, &a) < 0 || declare(a, "g", 2) < 0 ||
+	    pd_alloc(a, "g", 2, r, 1000) < 0 || pd_ag_submit(a, &e, 1) < 0)
+		return 1;
+	(void)pause(); /* until the broker fences it */
+	return 2;
+}
+
+/* A submission the broker cannot parse fences the agent: killed (its
+ * memory is corrupt, and it could still write the staging it holds), its
+ * loans back once it is gone. */
+static void test_garbage_submission_fences_the_agent(void **state)
 {
 	struct fx *f = *state;
-	struct pd_agent *a = attach(f);
-	struct pd_sqe e = { .op = 99 };
-	struct pd_event ev;
-	pd_slot_ref r[2], all[SLOTS];
+	struct pd_agent *a;
+	pd_slot_ref all[SLOTS];
 
-	admitted(a, "g", 2);
-	assert_int_equal(pd_alloc(a, "g", 2, r, 1000), 0);
-	assert_int_equal(pd_ag_submit(a, &e, 1), 0);
+	assert_int_equal(pd_test_wait(pd_test_fork(agent_sends_garbage, f), 5000),
+			 128 + SIGKILL);
 	assert_true(wait_count(&f->x->detached, 1, 2000));
 	assert_int_equal(f->x->bad, 1);
-	assert_int_equal(next_end(a, &ev, 2000), -ENOTCONN);
-	pd_agent_detach(a);
 	a = attach(f);
 	admitted(a, "h", SLOTS);
 	assert_int_equal(pd_alloc(a, "h", SLOTS, all, 1000), 0); /* every loan came back */
@@ -811,7 +826,7 @@ int main(void)
 		T(test_agent_fd_wakes_a_poller),
 		T(test_broker_death_wakes_an_admission_wait),
 		T(test_dead_agent_slots_come_back),
-		T(test_garbage_submission_detaches_the_agent),
+		T(test_garbage_submission_fences_the_agent),
 		T(test_broker_death_wakes_a_blocked_alloc),
 		T(test_attach_takes_an_older_smaller_opts_size),
 		T(test_log_fn_gets_the_cores_lines),
