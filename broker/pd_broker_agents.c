@@ -53,6 +53,8 @@ static int put_ok(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, u
 static int take_slots(struct pd_broker *b, const struct pd_sqe *e, uint32_t n,
 		      struct pd_tx_chunk *ch, pd_slot_ref *refs)
 {
+	int rc;
+
 	for (uint32_t i = 1; i < n; i++) {
 		const struct pd_sqe_chunk *c = &e[i].u.chunk;
 
@@ -61,7 +63,12 @@ static int take_slots(struct pd_broker *b, const struct pd_sqe *e, uint32_t n,
 		memcpy(ch[i - 1].key, c->key, c->klen);
 		refs[i - 1] = c->slot;
 	}
-	return pd_pool_set_state(&b->shm.send, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
+	rc = pd_pool_set_state(&b->shm.send, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
+	if (rc == -ENOTRECOVERABLE) { /* its bytes overwritten: made new, then once more */
+		(void)pd_broker_send_lock_reset(b, rc, 0);
+		rc = pd_pool_set_state(&b->shm.send, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
+	}
+	return rc;
 }
 
 static int submit_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n,

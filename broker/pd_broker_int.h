@@ -185,6 +185,9 @@ void pd_broker_waiters_expire(struct pd_broker *b, uint64_t now);
 int pd_broker_leases_init(struct pd_broker *b);
 void pd_broker_leases_fini(struct pd_broker *b);
 void pd_broker_leases_check(struct pd_broker *b, uint64_t now);
+/* The send pool's mutex found unusable (why: the error) or stuck: make it
+ * new and rebuild the pool. 0 or -errno. */
+int pd_broker_send_lock_reset(struct pd_broker *b, int why, int32_t holder);
 
 /* pd_broker_net.c */
 extern const struct pd_tx_ops pd_broker_tx_ops;

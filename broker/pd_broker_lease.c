@@ -11,12 +11,12 @@
  * at, never trusted for more than which lease to time.
  *
  * The send pool's mutex is a lease too: agents hold it for microseconds.
- * Unavailable to the broker for LOCK_STUCK_NS, it is taken back: from an
- * attached agent the pool names as holder by fencing it (the robust mutex
- * then repairs itself at the next lock), else (bytes overwritten, a holder
- * that cannot be stopped, a refused repair) by making it new in place and
- * rebuilding the free stack from the descriptors (pd_pool_lock_reset(),
- * pool.send.lock_resets, logged).
+ * Unusable (its bytes overwritten, a refused repair), it is made new in
+ * place at once and the free stack rebuilt from the descriptors
+ * (pd_pool_lock_reset(), pool.send.lock_resets, logged); held for
+ * LOCK_STUCK_NS, it is taken back from the attached agent the pool names
+ * as holder by fencing it (the robust mutex then repairs itself at the
+ * next lock), or made new when the holder is no agent.
  */
 #include <stdio.h>
 
@@ -111,38 +111,49 @@ static void check_pins_of(struct pd_broker *b, uint32_t a, uint64_t now)
 		fence(b, a + 1, pid, "a recv pin", worst);
 }
 
-/* The pool's mutex stuck for LOCK_STUCK_NS: take it back (see the top). */
-static void lock_stuck(struct pd_broker *b, int rc, int32_t holder, uint64_t now)
+int pd_broker_send_lock_reset(struct pd_broker *b, int why, int32_t holder)
 {
-	uint32_t agent = rc == -ETIMEDOUT ? pd_agents_by_pid(b->agents, holder) : 0;
-	double secs = (double)(now - b->lock_bad_since) / 1e9;
-	char why[80];
+	int rc = pd_pool_lock_reset(&b->shm.send);
 
 	b->lock_bad_since = 0;
-	if (agent) {
-		(void)snprintf(why, sizeof(why), "held the send pool's lock %.1f s", secs);
-		(void)pd_agents_fence(b->agents, agent, holder, why);
-		return;
-	}
-	rc = pd_pool_lock_reset(&b->shm.send);
 	b->lock_resets += rc == 0;
-	PD_LOG(WARN, shm, "send pool lock unusable for %.1f s (holder pid %d, not an agent): "
-	       "%s", secs, holder, rc == 0 ? "made new, pool rebuilt" : pd_strerror(rc));
+	PD_LOG_RL(WARN, shm, "send pool lock %s (holder pid %d, not an agent): %s",
+		  why == -ETIMEDOUT ? "held for 3 s" : pd_strerror(why), holder,
+		  rc == 0 ? "made new, pool rebuilt" : pd_strerror(rc));
+	return rc;
 }
 
+/* Held for LOCK_STUCK_NS: fence the agent holding it, else make it new. */
+static void lock_stuck(struct pd_broker *b, int32_t holder, uint64_t now)
+{
+	uint32_t agent = pd_agents_by_pid(b->agents, holder);
+	char why[80];
+
+	if (!agent) {
+		(void)pd_broker_send_lock_reset(b, -ETIMEDOUT, holder);
+		return;
+	}
+	(void)snprintf(why, sizeof(why), "held the send pool's lock %.1f s",
+		       (double)(now - b->lock_bad_since) / 1e9);
+	b->lock_bad_since = 0;
+	(void)pd_agents_fence(b->agents, agent, holder, why);
+}
+
+/* Unusable (not held: its bytes are wrong): made new at once. Held: see
+ * lock_stuck(). */
 static void check_pool_lock(struct pd_broker *b, uint64_t now)
 {
 	int32_t holder = 0;
 	int rc = pd_pool_lock_check(&b->shm.send, LOCK_TRY_MS, &holder);
 
-	if (rc == 0) {
+	if (rc == 0)
 		b->lock_bad_since = 0;
-		return;
-	}
-	if (!b->lock_bad_since)
+	else if (rc != -ETIMEDOUT)
+		(void)pd_broker_send_lock_reset(b, rc, holder);
+	else if (!b->lock_bad_since)
 		b->lock_bad_since = now;
 	else if (now - b->lock_bad_since >= LOCK_STUCK_NS)
-		lock_stuck(b, rc, holder, now);
+		lock_stuck(b, holder, now);
 }
 
 void pd_broker_leases_check(struct pd_broker *b, uint64_t now)

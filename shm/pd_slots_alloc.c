@@ -202,11 +202,13 @@ static int take(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n, pd
 	struct pd_pool_shm *s = p->shm;
 	uint32_t in_use;
 
-	if (take_pass(p, who, n, out) < 0) {
+	/* The stack and counts are shm a process may be writing this moment:
+	 * rebuilt from the descriptors, tried again a few times. */
+	for (int tries = 0; take_pass(p, who, n, out) < 0; tries++) {
+		if (tries == 4)
+			return -EPROTO;
 		PD_LOG_RL(ERR, slot, "pool free stack corrupt; rebuilding");
 		rebuild(p);
-		if (take_pass(p, who, n, out) < 0)
-			return -EPROTO;
 	}
 	s->nfree -= n;
 	in_use = p->nslots - s->nfree;
@@ -233,10 +235,13 @@ static struct pd_pool_waiter *waiter_add(struct pd_pool_shm *s, const struct pd_
 	return NULL;
 }
 
-/* A waiter that did not look at the queue for PD_POOL_STALE_MS. */
+/* A waiter that did not look at the queue for PD_POOL_STALE_MS, or whose
+ * time is that far ahead of ours (not a time any waiter wrote: shm). */
 static int is_stale(const struct pd_pool_waiter *w, uint64_t now_ns)
 {
-	return now_ns > w->seen_ns && now_ns - w->seen_ns > PD_POOL_STALE_MS * PD_NS_PER_MS;
+	uint64_t seen = w->seen_ns, d = now_ns > seen ? now_ns - seen : seen - now_ns;
+
+	return d > PD_POOL_STALE_MS * PD_NS_PER_MS;
 }
 
 /* FIFO: only the oldest waiter that still runs may take slots. */
@@ -297,6 +302,8 @@ static int wait_slice(struct pd_pool *p, uint64_t deadline_ns)
 	int rc = pd_cond_wait_until(&p->shm->cond, &p->shm->lock,
 				    slice < deadline_ns ? slice : deadline_ns, repair, p);
 
+	if (rc == -ENOTRECOVERABLE) /* lost to an unusable mutex: wait for its reset */
+		rc = pd_pool_lock(p, PD_POOL_OWNER_NONE, deadline_ns) < 0 ? -ENOTRECOVERABLE : 0;
 	if (rc == -ETIMEDOUT && slice < deadline_ns)
 		return 0;
 	return rc > 0 ? 0 : rc;

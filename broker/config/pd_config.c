@@ -80,7 +80,7 @@ static const struct pd_cfg_def pd_cfg[] = {
 	  .help = "longest wait of a request for receive slots" },
 	{ .name = "recv-ttl", .type = PD_CFG_T_SECONDS, FIELD(recv_ttl_ns), .min = MS,
 	  .max = 86400 * SEC, .def = "120s", .arg = "SEC",
-	  .help = "drop a received request idle this long; kill an agent pinning one this long" },
+	  .help = "drop a received request idle this long; also a pin's lease" },
 	{ .name = "peer-max-requests", .type = PD_CFG_T_U32, FIELD(peer_max_requests),
 	  .max = 65536, .def = "0", .arg = "N",
 	  .help = "requests a peer may hold; 0: a fair share" },

@@ -251,6 +251,28 @@ static void test_waiters_full(void **state)
 	assert_int_equal(pd_pool_alloc(&f->p, &who, 1, pd_deadline_ms(1000), &r), 0);
 }
 
+/* A waiter entry whose time is far ahead of the clock (written by a
+ * process with a pool mapping, not by a waiter) does not hold the head:
+ * an allocation behind it is served at once. */
+static void test_waiter_from_the_future_passed_over(void **state)
+{
+	struct fx *f = *state;
+	struct pd_pool_shm *s = f->p.shm;
+	struct pd_pool_who who = who_of(1, 1);
+	pd_slot_ref r;
+	uint64_t t0;
+
+	assert_true(pd_pool_lock(&f->p, 1, pd_deadline_ms(1000)) >= 0);
+	s->waiters[0] = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .owner = 99,
+						 .pid = (int32_t)getpid(), .n = f->nslots,
+						 .seen_ns = pd_now_ns() + 3600 * PD_NS_PER_S };
+	s->nwaiters = 1;
+	pd_pool_unlock(&f->p);
+	t0 = pd_now_ns();
+	assert_int_equal(pd_pool_alloc(&f->p, &who, 1, pd_deadline_ms(5000), &r), 0);
+	assert_true(pd_now_ns() - t0 < PD_NS_PER_S);
+}
+
 /* ---- functional ------------------------------------------------------------- */
 
 static int gone_after_two(void *ctx)
@@ -461,6 +483,7 @@ int main(void)
 		POOL_TEST(test_alloc_exhaustion, 8),
 		POOL_TEST(test_free_negative, 8),
 		POOL_TEST(test_waiters_full, 8),
+		POOL_TEST(test_waiter_from_the_future_passed_over, 8),
 		POOL_TEST(test_wait_ends_when_check_fails, 8),
 		POOL_TEST(test_alloc_descriptors, 8),
 		POOL_TEST(test_gen_reuse, 8),
