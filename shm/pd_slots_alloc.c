@@ -437,18 +437,23 @@ static int check_refs(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 	return 0;
 }
 
-/* Free checked refs: state FREE, onto the stack. */
+/* Free checked refs (n <= nslots): state FREE, onto the stack. The free
+ * count is read from shm: one that leaves no room for them is corrupt, and
+ * the stack is rebuilt from the descriptors instead of written past. */
 static void push_free(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 {
 	struct pd_slot_desc *desc = p->desc;
 	uint32_t *stack = p->free_stack, nfree = p->shm->nfree;
 
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t idx = PD_SLOT_REF_IDX(refs[i]);
-
-		slot_set_state(&desc[idx], PD_SLOT_FREE);
-		stack[nfree++] = idx;
+	for (uint32_t i = 0; i < n; i++)
+		slot_set_state(&desc[PD_SLOT_REF_IDX(refs[i])], PD_SLOT_FREE);
+	if (nfree > p->nslots - n) {
+		PD_LOG_RL(ERR, slot, "pool free count corrupt; rebuilding");
+		rebuild(p);
+		return;
 	}
+	for (uint32_t i = 0; i < n; i++)
+		stack[nfree++] = PD_SLOT_REF_IDX(refs[i]);
 	p->shm->nfree = nfree;
 }
 

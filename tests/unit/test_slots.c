@@ -473,6 +473,26 @@ static void test_reclaim(void **state)
 	assert_int_equal(pd_pool_nfree(&f->p), f->nslots);
 }
 
+/* The free count lives in shared memory, where any attached process may
+ * write it: one that leaves no room for the slots being freed (or points
+ * far past the stack) is not trusted. The free succeeds, the stack is
+ * rebuilt from the descriptors, and every slot is usable again. */
+static void test_free_count_corrupt(void **state)
+{
+	static const uint32_t bad[] = { 7, 8, 0x40000000u, UINT32_MAX };
+	struct fx *f = *state;
+	pd_slot_ref a[2], all[8];
+
+	for (uint32_t i = 0; i < PD_ARRAY_SIZE(bad); i++) {
+		alloc_ok(f, 1, 2, a);
+		f->p.shm->nfree = bad[i];
+		assert_int_equal(pd_pool_free(&f->p, a, 2), 0);
+		assert_int_equal(f->p.shm->nfree, f->nslots);
+		alloc_ok(f, 1, f->nslots, all);
+		assert_int_equal(pd_pool_free(&f->p, all, f->nslots), 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -491,6 +511,7 @@ int main(void)
 		POOL_TEST(test_set_state_handover, 8),
 		POOL_TEST(test_counters, 8),
 		POOL_TEST(test_reclaim, 8),
+		POOL_TEST(test_free_count_corrupt, 8),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
