@@ -234,7 +234,9 @@ int pd_broker_xport_refuse(struct pd_broker *b, const struct pd_tx_batch_view *v
  * --require, -ENOTCONN without that transport). */
 int pd_broker_xport_of(const struct pd_broker *b, uint32_t peer);
 /* Post the writes of a batch (remote set) with the peer's transport; each
- * one posted counts in *posted. 0, or the first error (see tx ops). */
+ * one posted counts in *posted. 0, or the first error (see tx ops);
+ * -ESTALE, with nothing posted, when a chunk's staging slot is no longer
+ * the broker's by its descriptor (rewritten in shm). */
 int pd_broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted);
 void pd_broker_fail_refused(struct pd_broker *b);
 /* The transports as this broker serves them, "rdma,tcp" (for status). */

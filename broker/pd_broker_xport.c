@@ -511,6 +511,17 @@ static int post_some(struct pd_xport *x, uint32_t peer, const struct pd_xfer *v,
 	return rc < 0 ? rc : (uint32_t)rc < k ? -EAGAIN : 0;
 }
 
+/* Every chunk to write still has its staging bytes: its slot's descriptor
+ * (in shm, which agents may write) still says the broker's generation. */
+static int staging_ok(const struct pd_broker *b, const struct pd_tx_batch_view *v)
+{
+	for (uint32_t i = 0; i < v->n; i++)
+		if (v->remote[i] >= 0 && v->chunks[i].len &&
+		    !pd_pool_data(&b->shm.send, v->chunks[i].slot))
+			return 0;
+	return 1;
+}
+
 int pd_broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, uint32_t *posted)
 {
 	int id = pd_broker_xport_of(b, v->peer);
@@ -521,6 +532,8 @@ int pd_broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, 
 
 	if (!x)
 		return id < 0 ? id : -ENOTCONN;
+	if (!staging_ok(b, v))
+		return -ESTALE; /* nothing posted: no transfer without its bytes */
 	for (uint32_t i = 0; i <= v->n && rc == 0; i++) {
 		if (k && (i == v->n || k == PD_ARRAY_SIZE(t))) {
 			rc = post_some(x, v->peer, t, k, posted);
