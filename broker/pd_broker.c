@@ -120,6 +120,7 @@ static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 	if (getrandom(&o.index_seed, sizeof(o.index_seed), 0) != sizeof(o.index_seed))
 		o.index_seed = b->epoch;
 	rc = pd_layout_create(&o, &b->shm, err, errlen);
+	b->shm.send.resetter = 1; /* an unusable send pool mutex is made new here */
 	if (rc < 0)
 		return rc;
 	b->have_shm = 1;

@@ -53,8 +53,6 @@ static int put_ok(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, u
 static int take_slots(struct pd_broker *b, const struct pd_sqe *e, uint32_t n,
 		      struct pd_tx_chunk *ch, pd_slot_ref *refs)
 {
-	int rc;
-
 	for (uint32_t i = 1; i < n; i++) {
 		const struct pd_sqe_chunk *c = &e[i].u.chunk;
 
@@ -63,12 +61,7 @@ static int take_slots(struct pd_broker *b, const struct pd_sqe *e, uint32_t n,
 		memcpy(ch[i - 1].key, c->key, c->klen);
 		refs[i - 1] = c->slot;
 	}
-	rc = pd_pool_set_state(&b->shm.send, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
-	if (rc == -ENOTRECOVERABLE) { /* its bytes overwritten: made new, then once more */
-		(void)pd_broker_send_lock_reset(b, rc, 0);
-		rc = pd_pool_set_state(&b->shm.send, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
-	}
-	return rc;
+	return pd_pool_set_state(&b->shm.send, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
 }
 
 static int submit_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n,
@@ -83,7 +76,7 @@ static int submit_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *
 
 	s.tag = pd_req_tag(p->req_id, p->req_id_len);
 	if (rc < 0 || (rc = pd_tx_submit(b->tx, &s, pd_now_ns())) == -EINVAL || rc == -ENOMEM) {
-		(void)pd_pool_free(&b->shm.send, refs, n - 1); /* the engine did not take them */
+		pd_broker_free_slots(b, refs, n - 1); /* the engine did not take them */
 		return rc;
 	}
 	/* The engine took the slots (and freed them if it refused the batch);

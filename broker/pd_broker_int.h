@@ -154,7 +154,9 @@ struct pd_broker {
 	uint64_t lease_next_ns;
 	uint64_t loans_orphaned;      /* loans past their lease that no agent held: freed */
 	uint64_t lock_bad_since;      /* the send pool's mutex unavailable since; 0: fine */
-	uint64_t lock_resets;         /* ... made new (pd_pool_lock_reset()) */
+	uint64_t descs_scrubbed;      /* send descriptors in no state, made free (pd_pool_scrub()) */
+	pd_slot_ref *free_later;      /* staging frees that failed, tried again (send slots) */
+	uint32_t nfree_later;
 	struct pd_metrics *metrics;   /* --metrics-listen (pd_metrics_http.c); NULL: off */
 	char data_addr[300];          /* the data listener as bound, "" when none */
 	/* Transports per peer (pd_broker_xport.c; control thread only). */
@@ -188,6 +190,9 @@ void pd_broker_leases_check(struct pd_broker *b, uint64_t now);
 /* The send pool's mutex found unusable (why: the error) or stuck: make it
  * new and rebuild the pool. 0 or -errno. */
 int pd_broker_send_lock_reset(struct pd_broker *b, int why, int32_t holder);
+/* Free staging slots; what cannot be freed now is tried again at the next
+ * look (the pool's lock held or being made new). */
+void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n);
 
 /* pd_broker_net.c */
 extern const struct pd_tx_ops pd_broker_tx_ops;

@@ -19,6 +19,7 @@
  * next lock), or made new when the holder is no agent.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "pd_broker_int.h"
 #include "pd_lease.h"
@@ -32,17 +33,46 @@
 int pd_broker_leases_init(struct pd_broker *b)
 {
 	uint32_t pins = b->shm.has_recv ? b->shm.max_agents * b->shm.pins_per_agent : 0;
+	uint32_t nsend = b->shm.has_send ? b->shm.send.nslots : 0;
 
-	b->loan_clock = pd_lease_create(b->shm.has_send ? b->shm.send.nslots : 0);
+	b->loan_clock = pd_lease_create(nsend);
 	b->pin_clock = pd_lease_create(pins);
-	return b->loan_clock && b->pin_clock ? 0 : -ENOMEM;
+	b->free_later = calloc(nsend ? nsend : 1, sizeof(*b->free_later));
+	return b->loan_clock && b->pin_clock && b->free_later ? 0 : -ENOMEM;
 }
 
 void pd_broker_leases_fini(struct pd_broker *b)
 {
 	pd_lease_destroy(b->loan_clock);
 	pd_lease_destroy(b->pin_clock);
+	free(b->free_later);
 	b->loan_clock = b->pin_clock = NULL;
+	b->free_later = NULL;
+}
+
+void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n)
+{
+	if (pd_pool_free(&b->shm.send, refs, n) == 0)
+		return;
+	/* The pool's lock is not to be had now (held, or being made new), or a
+	 * ref is stale: each is tried again, alone, at the next look. */
+	for (uint32_t i = 0; i < n && b->nfree_later < b->shm.send.nslots; i++)
+		b->free_later[b->nfree_later++] = refs[i];
+	PD_LOG_RL(WARN, slot, "%u staging slots not freed yet: tried again shortly", n);
+}
+
+/* The frees that failed, again; a stale ref (freed meanwhile) is dropped. */
+static void free_later(struct pd_broker *b)
+{
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < b->nfree_later; i++) {
+		int rc = pd_pool_free(&b->shm.send, &b->free_later[i], 1);
+
+		if (rc < 0 && rc != -ESTALE && rc != -EINVAL)
+			b->free_later[kept++] = b->free_later[i];
+	}
+	b->nfree_later = kept;
 }
 
 static void fence(struct pd_broker *b, uint32_t agent, int32_t pid, const char *what,
@@ -116,7 +146,6 @@ int pd_broker_send_lock_reset(struct pd_broker *b, int why, int32_t holder)
 	int rc = pd_pool_lock_reset(&b->shm.send);
 
 	b->lock_bad_since = 0;
-	b->lock_resets += rc == 0;
 	PD_LOG_RL(WARN, shm, "send pool lock %s (holder pid %d, not an agent): %s",
 		  why == -ETIMEDOUT ? "held for 3 s" : pd_strerror(why), holder,
 		  rc == 0 ? "made new, pool rebuilt" : pd_strerror(rc));
@@ -129,7 +158,9 @@ static void lock_stuck(struct pd_broker *b, int32_t holder, uint64_t now)
 	uint32_t agent = pd_agents_by_pid(b->agents, holder);
 	char why[80];
 
-	if (!agent) {
+	/* Fenced only if a thread of its really holds it: the recorded pid is
+	 * whoever locked last, and the lock word may be garbage. */
+	if (!agent || !pd_mutex_owner_alive(&b->shm.send.shm->lock, holder)) {
 		(void)pd_broker_send_lock_reset(b, -ETIMEDOUT, holder);
 		return;
 	}
@@ -161,8 +192,13 @@ void pd_broker_leases_check(struct pd_broker *b, uint64_t now)
 	if (!b->loan_clock || now < b->lease_next_ns)
 		return;
 	b->lease_next_ns = now + CHECK_EVERY_NS;
-	if (b->shm.has_send)
+	if (b->shm.has_send) {
+		int fixed = pd_pool_scrub(&b->shm.send);
+
 		check_pool_lock(b, now);
+		b->descs_scrubbed += fixed > 0 ? (uint64_t)fixed : 0;
+		free_later(b);
+	}
 	if (b->cfg.loan_timeout_ns)
 		check_loans(b, now);
 	for (uint32_t a = 0; b->shm.has_recv && a < b->shm.max_agents; a++)

@@ -150,10 +150,7 @@ static int tx_write(void *ctx, const struct pd_tx_batch_view *v)
 
 static void tx_free_slots(void *ctx, const pd_slot_ref *refs, uint32_t n)
 {
-	struct pd_broker *b = ctx;
-
-	if (pd_pool_free(&b->shm.send, refs, n) < 0)
-		PD_LOG_RL(ERR, slot, "staging slots could not be freed");
+	pd_broker_free_slots(ctx, refs, n);
 }
 
 /* PutDone with the generation of each slot it names: idx lists the

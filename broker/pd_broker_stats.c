@@ -166,7 +166,8 @@ static void put_agents(struct pub *p, const struct pd_broker *b)
 	pd_stats_set(p->s, p->n++, "agents.cq_queued", G, queued);
 	pd_stats_set(p->s, p->n++, "agents.cq_dropped", C, dropped);
 	pd_stats_set(p->s, p->n++, "pool.send.loans_orphaned", C, b->loans_orphaned);
-	pd_stats_set(p->s, p->n++, "pool.send.lock_resets", C, b->lock_resets);
+	pd_stats_set(p->s, p->n++, "pool.send.lock_resets", C, b->shm.send.lock_resets);
+	pd_stats_set(p->s, p->n++, "pool.send.descs_scrubbed", C, b->descs_scrubbed);
 }
 
 static void put_values(struct pub *p, const struct pd_broker *b)

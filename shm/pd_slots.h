@@ -12,7 +12,9 @@
  *   request tag (-ECANCELED). A waiter that has not looked at the queue for
  *   PD_POOL_STALE_MS (a process stopped by a debugger or SIGSTOP) keeps its
  *   ticket but is passed over until it looks again: it cannot hold the
- *   head while it does not run.
+ *   head while it does not run. When every entry is taken, a new waiter
+ *   takes such a one's entry; a waiter that finds its entry gone (or
+ *   overwritten: shm) takes a new one, at the back of the queue.
  * - Every slot has a 64-byte descriptor in the pool's control region (never
  *   in the payload arena): state, owner, generation (bumped on each reuse),
  *   request tag. References carry the generation; stale ones are refused.
@@ -129,6 +131,9 @@ struct pd_pool {
 	uint8_t *arena;            /* NULL when opened without payload access */
 	uint64_t slot_size;
 	uint32_t nslots;
+	uint32_t resetter;         /* 1: the broker's handle: it makes an unusable
+				    * mutex new (pd_pool_lock_reset()); others wait */
+	uint64_t lock_resets;      /* ... how many times (this handle) */
 };
 
 /* Who allocates: the owner id the broker gave it, its pid, the request tag,
@@ -208,6 +213,10 @@ int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder);
  * @return 0; -EINVAL; errors of pthread_mutex_init.
  */
 int pd_pool_lock_reset(struct pd_pool *p);
+/* Broker: descriptors in no state at all (written over in shm) become
+ * free, at a new generation, and the free stack is rebuilt.
+ * @return how many; -ETIMEDOUT (lock); -EINVAL. */
+int pd_pool_scrub(struct pd_pool *p);
 
 /* A slot as the pool's only allocator knows it: PD_SLOT_FREE, or its state
  * and generation. */

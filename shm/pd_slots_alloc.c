@@ -126,15 +126,32 @@ int pd_pool_lock(struct pd_pool *p, uint32_t owner, uint64_t deadline_ns)
 	while (unusable(rc = pd_mutex_lock_until(&p->shm->lock, deadline_ns, repair, p)) &&
 	       pd_now_ns() < deadline_ns)
 		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	if (unusable(rc))
+		rc = -ETIMEDOUT; /* busy being made new, as far as the caller knows */
 	if (rc >= 0)
 		set_holder(p->shm, owner);
 	return rc;
 }
 
+static int reset_locked(struct pd_pool *p);
+
+/* Calls without a deadline: PD_POOL_LOCK_MS on a busy mutex, the broker's
+ * handle BROKER_LOCK_MS (its loop serves every agent). An unusable one, or
+ * one "held" by no live thread, is made new by the broker's handle; others
+ * wait up to a second for the broker to do so. */
+#define BROKER_LOCK_MS 200u
+
 static int lock_short(struct pd_pool *p, uint32_t owner)
 {
-	int rc = pd_mutex_lock_timeout(&p->shm->lock, PD_POOL_LOCK_MS, repair, p);
+	int rc = pd_mutex_lock_timeout(&p->shm->lock, p->resetter ? BROKER_LOCK_MS :
+						    PD_POOL_LOCK_MS, repair, p);
 
+	if (rc == -ETIMEDOUT && p->resetter && !pd_mutex_owner_alive(&p->shm->lock, 0))
+		rc = -ENOTRECOVERABLE; /* "held" by no thread at all: its bytes are wrong */
+	for (int tries = 0; unusable(rc) && p->resetter && tries < 3; tries++)
+		rc = reset_locked(p); /* again if it is being written over meanwhile */
+	if (unusable(rc) && !p->resetter)
+		return pd_pool_lock(p, owner, pd_deadline_ms(1000));
 	if (rc >= 0)
 		set_holder(p->shm, owner);
 	return rc;
@@ -218,21 +235,41 @@ static int take(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n, pd
 	return 0;
 }
 
-static struct pd_pool_waiter *waiter_add(struct pd_pool_shm *s, const struct pd_pool_who *who,
-					 uint32_t n)
+static int is_stale(const struct pd_pool_waiter *w, uint64_t now_ns);
+
+/* A free entry, else that of a waiter not running (stale): it gets a new
+ * entry when it looks again (wait_and_take()). NULL when every entry is a
+ * running waiter's. */
+static struct pd_pool_waiter *waiter_slot(struct pd_pool_shm *s)
 {
+	struct pd_pool_waiter *stale = NULL;
+	uint64_t now = pd_now_ns();
+
 	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
 		struct pd_pool_waiter *w = &s->waiters[i];
 
-		if (w->ticket)
-			continue;
-		*w = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .tag = who->tag,
-					      .owner = who->owner, .pid = who->pid, .n = n,
-					      .seen_ns = pd_now_ns() };
-		s->nwaiters++;
-		return w;
+		if (!w->ticket)
+			return w;
+		if (!stale && is_stale(w, now))
+			stale = w;
 	}
-	return NULL;
+	if (stale)
+		waiter_del(s, stale);
+	return stale;
+}
+
+static struct pd_pool_waiter *waiter_add(struct pd_pool_shm *s, const struct pd_pool_who *who,
+					 uint32_t n)
+{
+	struct pd_pool_waiter *w = waiter_slot(s);
+
+	if (!w)
+		return NULL;
+	*w = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .tag = who->tag,
+				      .owner = who->owner, .pid = who->pid, .n = n,
+				      .seen_ns = pd_now_ns() };
+	s->nwaiters++;
+	return w;
 }
 
 /* A waiter that did not look at the queue for PD_POOL_STALE_MS, or whose
@@ -339,8 +376,16 @@ static int wait_and_take(struct pd_pool *p, const struct pd_pool_who *who, uint3
 	ticket = w->ticket;
 	pd_stat_add1w(&s->stats.waits, 1);
 	for (;;) {
-		if (w->ticket != ticket || w->cancelled) {
-			rc = -ECANCELED; /* cancelled, or dropped by a reclaim */
+		if (w->ticket != ticket) { /* dropped (not running), or overwritten: again */
+			w = waiter_add(s, who, n);
+			if (!w) {
+				rc = -EAGAIN;
+				break;
+			}
+			ticket = w->ticket;
+		}
+		if (w->cancelled) {
+			rc = -ECANCELED;
 			break;
 		}
 		if (my_turn(s, ticket, n)) {
@@ -362,7 +407,7 @@ static int wait_and_take(struct pd_pool *p, const struct pd_pool_who *who, uint3
 		if (rc < 0 && rc != -ETIMEDOUT)
 			break;
 	}
-	if (w->ticket == ticket)
+	if (w && w->ticket == ticket)
 		waiter_del(s, w);
 	account_wait(s, t0, rc);
 	wake_waiters(s); /* the next head may now proceed */
@@ -580,26 +625,58 @@ int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder)
 	return rc;
 }
 
-int pd_pool_lock_reset(struct pd_pool *p)
+/* Make the mutex and condvar new, take the mutex, rebuild the pool from
+ * the descriptors; the mutex stays held. */
+static int reset_locked(struct pd_pool *p)
 {
-	struct pd_pool_shm *s;
+	struct pd_pool_shm *s = p->shm;
+	int rc = pd_mutex_init(&s->lock);
+
+	if (rc == 0)
+		rc = pd_cond_init(&s->cond);
+	if (rc == 0)
+		rc = pd_mutex_lock_timeout(&s->lock, PD_POOL_LOCK_MS, repair, p);
+	if (rc < 0)
+		return rc;
+	rebuild(p);
+	p->lock_resets++;
+	pd_stat_add1w(&s->stats.repairs, 1);
+	PD_LOG_RL(WARN, slot, "pool mutex unusable: made new, pool rebuilt");
+	pd_cond_broadcast(&s->cond);
+	return 0;
+}
+
+int pd_pool_scrub(struct pd_pool *p)
+{
+	uint32_t bad = 0;
 	int rc;
 
 	if (!p)
 		return -EINVAL;
-	s = p->shm;
-	rc = pd_mutex_init(&s->lock);
-	if (rc == 0)
-		rc = pd_cond_init(&s->cond);
-	if (rc == 0)
-		rc = lock_short(p, PD_POOL_OWNER_NONE);
+	for (uint32_t i = 0; i < p->nslots; i++)
+		bad += slot_state(&p->desc[i]) > PD_SLOT_STATE_MAX;
+	if (!bad)
+		return 0;
+	rc = lock_short(p, PD_POOL_OWNER_NONE);
 	if (rc < 0)
 		return rc;
-	rebuild(p);
-	pd_stat_add1w(&s->stats.repairs, 1);
-	pd_cond_broadcast(&s->cond);
+	rebuild(p); /* a descriptor in no state is free, at a new generation */
+	pd_stat_add1w(&p->shm->stats.repairs, 1);
+	pd_cond_broadcast(&p->shm->cond);
 	pd_pool_unlock(p);
-	return 0;
+	return (int)bad;
+}
+
+int pd_pool_lock_reset(struct pd_pool *p)
+{
+	int rc;
+
+	if (!p)
+		return -EINVAL;
+	rc = reset_locked(p);
+	if (rc >= 0)
+		pd_pool_unlock(p);
+	return rc < 0 ? rc : 0;
 }
 
 /* Under the lock: make descriptor i say t. @return 1 when it did not. */

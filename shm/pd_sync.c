@@ -130,6 +130,22 @@ void pd_mutex_unlock(struct pd_mutex *mx)
 			  pd_strerror(-rc));
 }
 
+int pd_mutex_owner_alive(const struct pd_mutex *mx, int32_t pid)
+{
+	/* glibc: the holder's TID, FUTEX_OWNER_DIED and FUTEX_WAITERS bits. */
+	uint32_t tid = (uint32_t)__atomic_load_n(&mx->m.__data.__owner, __ATOMIC_RELAXED) &
+		       FUTEX_TID_MASK;
+	char path[64];
+
+	if (tid == 0 || tid > INT32_MAX)
+		return 0;
+	if (pid > 0)
+		(void)snprintf(path, sizeof(path), "/proc/%d/task/%u", (int)pid, tid);
+	else
+		(void)snprintf(path, sizeof(path), "/proc/%u", tid);
+	return access(path, F_OK) == 0;
+}
+
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
 {
 	/* Shared (not FUTEX_PRIVATE_FLAG): waiters live in other processes.

@@ -63,6 +63,11 @@ int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
 int pd_mutex_lock_timeout(struct pd_mutex *mx, uint32_t timeout_ms,
 			  pd_repair_fn *repair, void *ctx);
 void pd_mutex_unlock(struct pd_mutex *mx);
+/* Does the thread the mutex word names as its holder exist (and, with
+ * pid > 0, belong to process pid)? 1 yes, 0 no (no holder, or a thread
+ * that is gone or never was: the word was written over). From the kernel's
+ * /proc, not from the mutex's memory alone. */
+int pd_mutex_owner_alive(const struct pd_mutex *mx, int32_t pid);
 
 /**
  * Wait on cv with mx held until signalled or deadline_ns. The mutex is held

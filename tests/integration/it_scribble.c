@@ -5,11 +5,21 @@
  * header, the recv pool, the recv arena, the statistics) faults at once
  * (SIGSEGV in that process); the broker stays up, its header unchanged,
  * and the other agents' requests complete, every byte verified.
+ *
+ * And what a worker may write (the send pool it allocates from, its own
+ * rings) is input: a scribbler writing garbage there while pdbench runs
+ * on other agents costs pdbench nothing (every request completes and
+ * verifies, no slot leaks) and the scribbler its life (fenced when its
+ * ring holds garbage).
  */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include "pd_agent_int.h"
+#include "pd_slots.h"
 
 #include "it_fixture.h"
 #include "it_shmmap.h"
@@ -83,10 +93,120 @@ static void test_stray_writes_fault_in_the_worker(void **state)
 	it_stop(t, 0);
 }
 
+/* ---- a scribbler beside pdbench ------------------------------------------------ */
+
+#define SCRIBBLE_ROUNDS 100 /* of 20 ms: 2 s of garbage */
+
+static uint32_t rnd(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return (uint32_t)*x;
+}
+
+/* One round of garbage over what an agent may write in the send pool:
+ * counts, the free stack, unused waiter entries, the counters, and the
+ * descriptors of free slots. A live waiter entry or an allocated slot's
+ * descriptor is another agent's own state: rewriting it can still fail
+ * or spoil that agent's request (the pool is shared by design). */
+static void scribble_pool(struct pd_pool_shm *s, uint32_t nslots, uint64_t *x)
+{
+	uint32_t *stack = (uint32_t *)((uint8_t *)s + s->free_off);
+	struct pd_slot_desc *d = (struct pd_slot_desc *)((uint8_t *)s + s->desc_off);
+	struct pd_pool_waiter *w = &s->waiters[rnd(x) % PD_POOL_MAX_WAITERS];
+	struct pd_pool_waiter garbage = { .ticket = 1 + rnd(x) % 4, .pid = 1, .n = rnd(x),
+					  .seen_ns = (uint64_t)rnd(x) << 32 };
+
+	s->nfree = rnd(x) % (2 * nslots);
+	s->nwaiters = rnd(x) % 8;
+	stack[rnd(x) % nslots] = rnd(x) % (nslots + 4);
+	if (w->ticket == 0) /* a live one is its waiter's (see the top) */
+		*w = garbage;
+	memset(&s->stats, rnd(x) & 0xff, sizeof(s->stats));
+	for (uint32_t i = 0; i < 4; i++) {
+		struct pd_slot_desc *e = &d[rnd(x) % nslots];
+
+		uint32_t free_state = PD_SLOT_FREE;
+
+		(void)atomic_compare_exchange_strong(&e->state, &free_state,
+						     6 + rnd(x) % 100); /* no state at all */
+	}
+}
+
+/* The child: attach to the prefill broker, scribble, end with garbage in
+ * its own submission ring. It returns only if nobody stopped it. */
+static int scribble_beside(void *arg)
+{
+	const struct scribble *sc = arg;
+	struct pd_agent *a = NULL;
+	struct pd_sqe bad = { .op = 250 };
+	struct pd_pool_shm *pool;
+	struct pd_shm_hdr h;
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+	uint8_t *base;
+
+	if (pd_test_agent_attach(sc->b, PD_AGENT_SEND, &a) < 0 || !(base = it_mapped_segment(sc->b)))
+		return 2;
+	memcpy(&h, base, sizeof(h));
+	pool = (struct pd_pool_shm *)(base + h.regions[PD_REGION_SEND_POOL].off);
+	for (int i = 0; i < SCRIBBLE_ROUNDS; i++) {
+		scribble_pool(pool, pool->nslots, &x);
+		if (i == SCRIBBLE_ROUNDS / 2)
+			memset(&pool->lock, 0xa5, sizeof(pool->lock));
+		(void)usleep(20 * 1000);
+	}
+	if (pd_ag_submit(a, &bad, 1) < 0)
+		return 3;
+	(void)sleep(30);
+	return 0;
+}
+
+static void test_scribbler_beside_pdbench(void **state)
+{
+	struct it *t = it_start(64, 64);
+	struct scribble sc = { .b = &t->p };
+	struct pd_run_result r = { 0 };
+	char bin[128];
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(pd_run_bin("pdbench", bin, sizeof(bin)), 0);
+	pid = pd_test_fork(scribble_beside, &sc);
+	assert_true(pid > 0);
+	{
+		const char *argv[] = { bin, "--prefill-name", t->p.name, "--decode-name", t->d.name,
+				       "--decode-ctrl", t->d.ctrl, "--rundir", t->p.rundir,
+				       "--tp", "2", "--requests", "300", "--concurrency", "4",
+				       "--chunks", "8", "--batch", "4", "--slot-size", "64K",
+				       "--seed", "7", NULL };
+
+		assert_int_equal(pd_run(argv, 120000, &r), 0);
+	}
+	if (r.exit_code != 0 || !strstr(r.out, "0 lost, 0 corrupted, 0 leaked")) {
+		(void)fprintf(stderr, "pdbench stdout:\n%s\nstderr:\n%s\n", r.out, r.err);
+		pd_test_broker_dump_log(&t->p);
+		(void)fprintf(stderr, "lock_resets %llu, fenced %llu, free %u\n",
+			      (unsigned long long)it_stat(&t->p, "pool.send.lock_resets"),
+			      (unsigned long long)it_stat(&t->p, "agents.fenced"),
+			      it_free_slots(&t->p, 0));
+		fail_msg("pdbench exited %d", r.exit_code);
+	}
+	pd_run_free(&r);
+	assert_int_equal(pd_test_wait(pid, 30000), 128 + SIGKILL); /* fenced */
+	assert_true(it_wait_stat(&t->p, "agents.fenced", 1) >= 1);
+	assert_true(it_wait_stat(&t->p, "pool.send.lock_resets", 1) >= 1);
+	assert_int_equal(it_wait_free(&t->p, 0, 64), 64);
+	assert_int_equal(it_wait_free(&t->d, 1, 64), 64);
+	still_moves(t, "after");
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stray_writes_fault_in_the_worker),
+		cmocka_unit_test(test_scribbler_beside_pdbench),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
