@@ -76,12 +76,12 @@ static void close_fds(int *fds, uint32_t n)
 }
 
 /* The regions an agent writes: the pools' mutexes and condvars, the send
- * pool it allocates from, its rings and pin journal, the recv index it
- * pins in, and the send arena it fills. The rest (header, recv pool and
- * arena, statistics) it only reads. */
+ * pool it allocates from, its rings and pin journal, and the send arena it
+ * fills. The rest (header, recv pool, arena and index, statistics) it only
+ * reads: its pins are hazards in its own journal. */
 #define AG_RW_REGIONS                                                                   \
 	((1u << PD_REGION_CONTROL) | (1u << PD_REGION_SEND_POOL) | (1u << PD_REGION_AGENTS) | \
-	 (1u << PD_REGION_RECV_INDEX) | (1u << PD_REGION_SEND_ARENA))
+	 (1u << PD_REGION_SEND_ARENA))
 
 /* Map the segment the broker sent and find our rings in it. */
 static int map_segment(struct pd_agent *a, int seg_fd, const struct pd_attach_ack *ack)

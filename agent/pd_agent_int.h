@@ -23,9 +23,8 @@
 
 struct ag_pin {
 	uint64_t req_tag;
+	uint64_t rec;                /* the hazard it holds (PD_INDEX_HAZARD) */
 	uint32_t cell;               /* our journal cell that records this pin */
-	uint8_t klen;
-	uint8_t key[PD_KEY_MAX];
 };
 
 struct pd_agent {
@@ -57,9 +56,9 @@ struct pd_agent {
 	struct pd_reqtab reqs;       /* requests declared here: the staging gate */
 	struct ag_pin *pins;
 	uint32_t npins, pins_cap;
-	/* Our pin journal in shm (slot id - 1): the broker drops what it
-	 * records if we die. A pin is taken only with a free cell. */
-	_Atomic uint32_t *journal;   /* NULL: none (no recv side) */
+	/* Our pin journal in shm (slot id - 1): our hazards, which the broker
+	 * empties if we die. A pin is taken only with a free cell. */
+	_Atomic uint64_t *journal;   /* NULL: none (no recv side) */
 	uint32_t njournal;           /* its cells */
 	uint32_t *free_cells;        /* stack of free cell numbers */
 	uint32_t nfree_cells;

@@ -76,7 +76,7 @@ int pd_ag_journal_init(struct pd_agent *a)
 		return -ENOMEM;
 	a->njournal = n;
 	/* The broker emptied the journal before admitting us; a cell that is
-	 * not empty anyway is left alone (pd_index_pin_rec would refuse it). */
+	 * not empty anyway is left alone (pd_index_pin would refuse it). */
 	for (uint32_t i = n; i-- > 0;)
 		if (atomic_load_explicit(&a->journal[i], memory_order_relaxed) == 0)
 			a->free_cells[a->nfree_cells++] = i;
@@ -84,7 +84,7 @@ int pd_ag_journal_init(struct pd_agent *a)
 }
 
 /* A cell goes back on the stack only when empty: one still holding a
- * record (its unpin failed) keeps its pin for the broker to drop. */
+ * hazard (its unpin failed) stays out of use until the broker empties it. */
 static void put_cell_locked(struct pd_agent *a, uint32_t cell)
 {
 	if (atomic_load_explicit(&a->journal[cell], memory_order_relaxed) == 0)
@@ -121,8 +121,8 @@ static int reserve_cell(struct pd_agent *a)
 }
 
 /* The lookup is over: remember its pin, or give the cell back. */
-static void settle_cell(struct pd_agent *a, uint32_t cell, int pinned, const void *key,
-			uint32_t klen, uint64_t tag)
+static void settle_cell(struct pd_agent *a, uint32_t cell, int pinned, uint64_t rec,
+			uint64_t tag)
 {
 	struct ag_pin *p;
 
@@ -133,8 +133,7 @@ static void settle_cell(struct pd_agent *a, uint32_t cell, int pinned, const voi
 		p = &a->pins[a->npins++]; /* reserve_cell() made room */
 		p->req_tag = tag;
 		p->cell = cell;
-		p->klen = (uint8_t)klen;
-		memcpy(p->key, key, klen);
+		p->rec = rec;
 	}
 	(void)pthread_mutex_unlock(&a->lock);
 }
@@ -152,14 +151,16 @@ int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const voi
 	cell = reserve_cell(a);
 	if (cell < 0)
 		return cell;
-	rc = pd_index_pin_rec(&a->shm.index, key, klen, &v, &a->journal[cell]);
-	if (rc >= 0 && v.state == PD_INDEX_COMMITTED && v.len <= a->shm.recv.slot_size)
+	rc = pd_index_pin(&a->shm.index, key, klen, &v, &a->journal[cell]);
+	if (rc == -EAGAIN)
+		rc = -ENOENT; /* the entry kept changing: not (yet) here for us */
+	if (rc == 0 && v.len <= a->shm.recv.slot_size)
 		data = pd_pool_data(&a->shm.recv, PD_SLOT_REF(v.slot, v.gen));
-	if (rc >= 0 && !data) {
-		(void)pd_index_unpin_rec(&a->shm.index, key, klen, &a->journal[cell]);
+	if (rc == 0 && !data) {
+		(void)pd_index_unpin(&a->journal[cell], v.hazard);
 		rc = -ENOENT;
 	}
-	settle_cell(a, (uint32_t)cell, rc >= 0, key, klen, rc >= 0 ? v.req : 0);
+	settle_cell(a, (uint32_t)cell, rc == 0, rc == 0 ? v.hazard : 0, rc == 0 ? v.req : 0);
 	if (rc < 0)
 		return rc;
 	*ptr = data;
@@ -167,10 +168,10 @@ int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const voi
 	return 0;
 }
 
-/* Drop one pin (its record first), a->lock held. */
+/* Drop one pin (clear its hazard), a->lock held. */
 static void unpin_locked(struct pd_agent *a, const struct ag_pin *p)
 {
-	(void)pd_index_unpin_rec(&a->shm.index, p->key, p->klen, &a->journal[p->cell]);
+	(void)pd_index_unpin(&a->journal[p->cell], p->rec);
 	put_cell_locked(a, p->cell);
 }
 

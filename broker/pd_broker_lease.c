@@ -126,13 +126,13 @@ static void check_loans(struct pd_broker *b, uint64_t now)
 /* Agent slot a's journal: its oldest record past the lease fences it. */
 static void check_pins_of(struct pd_broker *b, uint32_t a, uint64_t now)
 {
-	_Atomic uint32_t *cell = pd_layout_pins(&b->shm, a);
+	_Atomic uint64_t *cell = pd_layout_pins(&b->shm, a);
 	int32_t pid = pd_agents_pid(b->agents, a + 1);
 	uint32_t n = b->shm.pins_per_agent;
 	uint64_t worst = 0;
 
 	for (uint32_t c = 0; cell && c < n; c++) {
-		uint32_t rec = atomic_load_explicit(&cell[c], memory_order_relaxed);
+		uint64_t rec = atomic_load_explicit(&cell[c], memory_order_relaxed);
 		uint64_t age = pd_lease_age(b->pin_clock, a * n + c, pid > 0 && rec, rec, now);
 
 		worst = age > worst ? age : worst;

@@ -15,15 +15,21 @@
  * - Full: insert fails with -ENOSPC when no bucket within max_probe of the
  *   home bucket is free, even if the table has room elsewhere.
  * - Removal leaves a tombstone, turned back into a free bucket as soon as
- *   the bucket after it is free. A pinned entry cannot be removed (-EBUSY).
- * - One robust mutex guards the table; on holder death the counters are
- *   rebuilt from the entries (an entry becomes live only by its state word,
- *   written last).
- * - A pinned entry never moves or changes key: insert only fills buckets
- *   that are not live, remove refuses it, the sweep and the repair touch
- *   only tombstones. So a bucket number names the same entry for as long
- *   as a pin on it lasts, and a pin can be recorded by bucket (the agents'
- *   pin journal, pd_layout.h).
+ *   the bucket after it is free.
+ * - Only the broker writes the table, under one robust mutex; on holder
+ *   death the counters are rebuilt from the entries. Agents map it
+ *   read-only and never take the mutex.
+ * - Each entry has a sequence word (seqlock): odd while the broker changes
+ *   the entry, even otherwise, bumped by every insert, commit, removal and
+ *   sweep, so (bucket, seq) names one incarnation of one entry.
+ * - Pins are hazards: an agent reads an entry optimistically, stores
+ *   (bucket, seq) in a cell of its own pin journal (pd_layout.h), fences,
+ *   and re-reads seq; unchanged, the values it read are the pinned ones.
+ *   Removal first retires the entry (no longer found, its bucket not
+ *   reused), fences, then scans the journals: a cell naming that
+ *   incarnation makes it -EBUSY, and the entry stays retired until a later
+ *   removal finds no such cell. A cell can only ever keep the one
+ *   incarnation it names from being freed.
  */
 #include <stdatomic.h>
 #include <stddef.h>
@@ -43,10 +49,16 @@
 #define PD_INDEX_PENDING   1u /* slot granted, bytes not yet written */
 #define PD_INDEX_COMMITTED 2u /* bytes in place */
 #define PD_INDEX_DELETED   3u /* tombstone */
+#define PD_INDEX_RETIRED   4u /* removed while a hazard may name it: not found, bucket kept */
+
+#define PD_INDEX_PIN_TRIES 64u /* optimistic reads a pin makes before -EAGAIN */
+
+/* A journal cell's value for a pin of bucket b at sequence seq (even); 0: empty. */
+#define PD_INDEX_HAZARD(b, seq) (((uint64_t)(b) + 1) | (uint64_t)(seq) << 32)
 
 struct pd_index_entry {
 	uint32_t state;    /* writer: mutex holder; stored last on insert */
-	uint32_t refcount; /* writer: mutex holder; pins */
+	_Atomic uint32_t seq; /* writer: mutex holder; odd while the entry changes */
 	uint64_t hash;
 	uint64_t req;      /* request tag that owns the chunk */
 	uint32_t slot;     /* recv pool slot index */
@@ -62,8 +74,9 @@ _Static_assert(sizeof(struct pd_index_entry) == 320, "index entry ABI");
 struct pd_index_counters {
 	_Atomic uint64_t inserts;
 	_Atomic uint64_t removes;
-	_Atomic uint64_t lookups;
+	_Atomic uint64_t lookups; /* the broker's (agents count their own) */
 	_Atomic uint64_t misses;
+	_Atomic uint64_t busy;   /* removals refused: a hazard named the entry */
 	_Atomic uint64_t dups;   /* -EEXIST */
 	_Atomic uint64_t full;   /* -ENOSPC */
 	_Atomic uint64_t repairs;
@@ -81,11 +94,26 @@ struct pd_index_shm {
 
 	alignas(PD_CACHE_LINE) uint32_t count; /* writer: mutex holder; live entries */
 	uint32_t tombstones;                   /* writer: mutex holder */
+	uint32_t retired;                      /* writer: mutex holder; removed, still named */
 
 	alignas(PD_CACHE_LINE) struct pd_index_counters stats;
 	alignas(PD_CACHE_LINE) struct pd_index_entry entries[];
 };
 _Static_assert(offsetof(struct pd_index_shm, lock) == 64, "index ABI");
+
+/*
+ * Where the agents' hazards are (the broker's view, pointers into its own
+ * mapping): njournals journals of ncells cells, journal j at cells + j *
+ * ncells, scanned only while the 32-bit word at (const char *)owner + j *
+ * owner_stride is not 0 (the agent slot's state; owner NULL: always).
+ */
+struct pd_index_journals {
+	const _Atomic uint64_t *cells;
+	const _Atomic uint32_t *owner;
+	uint32_t owner_stride;
+	uint32_t njournals;
+	uint32_t ncells;
+};
 
 /* Private, validated handle. */
 struct pd_index {
@@ -94,6 +122,7 @@ struct pd_index {
 	uint64_t seed;
 	uint32_t mask;
 	uint32_t max_probe;
+	struct pd_index_journals hz; /* none by default: nothing can be pinned */
 };
 
 /* What a key maps to. */
@@ -103,7 +132,8 @@ struct pd_index_val {
 	uint32_t gen;
 	uint32_t len;
 	uint32_t state;    /* PD_INDEX_PENDING or PD_INDEX_COMMITTED */
-	uint32_t refcount; /* out only */
+	uint32_t _rsvd;
+	uint64_t hazard;   /* out only, pd_index_pin(): the cell value recording the pin */
 };
 
 /* Region bytes; -EINVAL unless nbuckets is a power of two <= the max. */
@@ -113,53 +143,49 @@ int pd_index_init(void *mem, size_t len, uint32_t nbuckets, uint32_t max_probe, 
 /* Check a table read from shm, build a handle. 0, -EINVAL, -EPROTO. */
 int pd_index_open(struct pd_index *ix, void *mem, size_t len);
 
+/* Broker: the journals pd_index_remove() scans for hazards (copied). */
+void pd_index_set_journals(struct pd_index *ix, const struct pd_index_journals *j);
+
 /**
- * Insert key -> *v (v->state PENDING or COMMITTED; refcount starts at 0).
+ * Broker: insert key -> *v (v->state PENDING or COMMITTED).
  * @return 0; -EINVAL bad key length or state; -EEXIST key present (entry
  *         unchanged); -ENOSPC no free bucket within max_probe; -ETIMEDOUT.
  */
 int pd_index_insert(struct pd_index *ix, const void *key, uint32_t klen,
 		    const struct pd_index_val *v);
-/* @return 0 and *out; -ENOENT; -EINVAL; -ETIMEDOUT. out may be NULL. */
+/* Broker: @return 0 and *out; -ENOENT; -EINVAL; -ETIMEDOUT. out may be NULL. */
 int pd_index_lookup(struct pd_index *ix, const void *key, uint32_t klen,
 		    struct pd_index_val *out);
-/* Take a pin. @return the new refcount (>= 1); -ENOENT; -EOVERFLOW; -EINVAL. */
-int pd_index_pin(struct pd_index *ix, const void *key, uint32_t klen,
-		 struct pd_index_val *out);
-/* Drop a pin. @return the remaining refcount; -ENOENT; -EINVAL not pinned. */
-int pd_index_unpin(struct pd_index *ix, const void *key, uint32_t klen);
 /**
- * Take a pin and record it in a journal cell: both happen under the index
- * mutex, pin first, so a holder killed between them leaks that one pin
- * (never records a pin it does not hold).
- * @param cell  borrowed; must be empty (0); gets the entry's bucket + 1
- * @return the new refcount (>= 1); -ENOENT; -EOVERFLOW; -EINVAL (bad key,
- *         cell NULL); -EBUSY cell not empty (no pin taken); -ETIMEDOUT.
+ * Agent: pin key's committed entry with a hazard in cell (lock-free; no
+ * write to the table). On success cell holds out->hazard.
+ * @param cell  borrowed, one of the caller's journal cells; must be empty
+ * @return 0 and *out; -ENOENT absent or not committed; -EAGAIN the entries
+ *         kept changing under the reads (retry); -EBUSY cell not empty;
+ *         -EINVAL bad key, cell or out NULL.
  */
-int pd_index_pin_rec(struct pd_index *ix, const void *key, uint32_t klen,
-		     struct pd_index_val *out, _Atomic uint32_t *cell);
+int pd_index_pin(const struct pd_index *ix, const void *key, uint32_t klen,
+		 struct pd_index_val *out, _Atomic uint64_t *cell);
 /**
- * Drop a pin recorded in cell: under the index mutex the cell is emptied
- * (compare-and-exchange from the key's bucket + 1), then the pin dropped,
- * so a holder killed between them leaks the pin rather than dropping it
- * twice.
- * @return the remaining refcount; -ENOENT key absent; -ESTALE cell does
- *         not record a pin on this key (e.g. the broker took it back):
- *         nothing dropped; -EINVAL (bad key, cell NULL, not pinned); -ETIMEDOUT.
+ * Agent: drop the pin cell records, if it still holds rec (compare and
+ * exchange to 0: the broker may have emptied it after a detach).
+ * @return 0; -ESTALE cell holds something else (left alone); -EINVAL.
  */
-int pd_index_unpin_rec(struct pd_index *ix, const void *key, uint32_t klen,
-		       _Atomic uint32_t *cell);
-/**
- * Broker: drop one pin of the entry in bucket (taken from a dead agent's
- * journal). @return 0; -EINVAL bucket out of range; -ENOENT no live,
- * pinned entry there; -ETIMEDOUT.
- */
-int pd_index_unpin_bucket(struct pd_index *ix, uint32_t bucket);
-/* PENDING -> COMMITTED with the final length. 0; -ENOENT; -EINVAL not pending. */
+int pd_index_unpin(_Atomic uint64_t *cell, uint64_t rec);
+/* Broker: PENDING -> COMMITTED with the final length. 0; -ENOENT; -EINVAL not pending. */
 int pd_index_commit(struct pd_index *ix, const void *key, uint32_t klen, uint32_t len);
-/* @return 0; -ENOENT; -EBUSY pinned (entry kept); -EINVAL. */
+/**
+ * Broker: remove key's entry: the one an earlier -EBUSY retired if there
+ * is one, else the live one. Retires it, then frees it (tombstone) unless
+ * a journal cell names that incarnation.
+ * @return 0; -ENOENT; -EBUSY named by a hazard (entry retired: not found
+ *         by lookups, bucket kept; call again later); -EINVAL; -ETIMEDOUT.
+ */
 int pd_index_remove(struct pd_index *ix, const void *key, uint32_t klen);
-/* Live entries (racy snapshot). */
+/* Broker: pd_index_remove() of key's entry mapping to exactly slot and gen. */
+int pd_index_remove_chunk(struct pd_index *ix, const void *key, uint32_t klen, uint32_t slot,
+			  uint32_t gen);
+/* Live entries, retired ones not counted (racy snapshot). */
 uint32_t pd_index_count(const struct pd_index *ix);
 
 #endif

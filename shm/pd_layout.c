@@ -57,7 +57,7 @@ static int64_t agents_len(const struct pd_layout_opts *o, int64_t pins, struct a
 	g->pins_off = g->rings_off + o->max_agents * (g->sq + g->cq); /* 64-aligned */
 	g->pins = (uint32_t)pins;
 	return (int64_t)align64(g->pins_off +
-				(uint64_t)o->max_agents * g->pins * sizeof(_Atomic uint32_t));
+				(uint64_t)o->max_agents * g->pins * sizeof(_Atomic uint64_t));
 }
 
 /* Region lengths for o; -EINVAL with err set when o is unusable. */
@@ -109,7 +109,7 @@ static void init_agents(struct pd_agent_table *t, const struct pd_layout_opts *o
 	t->pins_per_agent = g.pins;
 	t->pins_off = g.pins_off;
 	memset((uint8_t *)t + g.pins_off, 0,
-	       (size_t)o->max_agents * g.pins * sizeof(_Atomic uint32_t));
+	       (size_t)o->max_agents * g.pins * sizeof(_Atomic uint64_t));
 	t->magic = PD_AGENTS_MAGIC;
 }
 
@@ -224,6 +224,20 @@ static int open_agents(struct pd_segment *seg, struct pd_shm *s)
 	return 0;
 }
 
+/* The index scans the journals of attached agent slots for hazards. */
+static void set_journals(struct pd_shm *s)
+{
+	struct pd_index_journals j = { .owner = &s->agents->slot[0].state,
+				       .owner_stride = sizeof(struct pd_agent_slot),
+				       .njournals = s->max_agents,
+				       .ncells = s->pins_per_agent };
+
+	if (s->pins_per_agent == 0)
+		return;
+	j.cells = pd_layout_pins(s, 0);
+	pd_index_set_journals(&s->index, &j);
+}
+
 int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t errlen)
 {
 	struct pd_shm s = { 0 };
@@ -243,6 +257,8 @@ int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t
 	}
 	if (rc == 0)
 		rc = open_agents(seg, &s);
+	if (rc == 0 && s.has_recv)
+		set_journals(&s);
 	if (rc == 0) {
 		s.stats = pd_segment_region(seg, PD_REGION_STATS, &len);
 		if (!s.stats || len < sizeof(*s.stats))
@@ -290,11 +306,11 @@ int pd_layout_rings_reset(struct pd_shm *s, uint32_t id)
 	return rc;
 }
 
-_Atomic uint32_t *pd_layout_pins(struct pd_shm *s, uint32_t id)
+_Atomic uint64_t *pd_layout_pins(struct pd_shm *s, uint32_t id)
 {
 	if (!s || !s->agents || id >= s->max_agents || s->pins_per_agent == 0)
 		return NULL;
-	return (_Atomic uint32_t *)((uint8_t *)s->agents + s->pins_off) +
+	return (_Atomic uint64_t *)((uint8_t *)s->agents + s->pins_off) +
 	       (uint64_t)id * s->pins_per_agent;
 }
 
@@ -305,33 +321,16 @@ uint32_t pd_layout_pins_count(const struct pd_shm *s)
 
 int pd_layout_pins_reclaim(struct pd_shm *s, uint32_t id, uint32_t *dropped)
 {
-	_Atomic uint32_t *cell = pd_layout_pins(s, id);
+	_Atomic uint64_t *cell = pd_layout_pins(s, id);
 	uint32_t n = 0;
-	int rc = 0;
 
 	if (!s || id >= s->max_agents)
 		return -EINVAL;
-	for (uint32_t i = 0; cell && s->has_recv && i < s->pins_per_agent; i++) {
-		uint32_t rec;
-
-		if (atomic_load_explicit(&cell[i], memory_order_relaxed) == 0)
-			continue;
-		/* Take the record, then drop its pin: pairs with the agent's
-		 * compare-and-exchange in pd_index_unpin_rec(). */
-		rec = atomic_exchange_explicit(&cell[i], 0, memory_order_acq_rel);
-		rc = rec ? pd_index_unpin_bucket(&s->index, rec - 1) : 0;
-		if (rc == 0 && rec)
-			n++;
-		if (rc == -EINVAL || rc == -ENOENT)
-			rc = 0; /* corrupt record: nothing to drop */
-		if (rc < 0) {
-			atomic_store_explicit(&cell[i], rec, memory_order_release);
-			break;
-		}
-	}
+	for (uint32_t i = 0; cell && i < s->pins_per_agent; i++)
+		n += atomic_exchange_explicit(&cell[i], 0, memory_order_acq_rel) != 0;
 	if (dropped)
 		*dropped = n;
-	return rc;
+	return 0;
 }
 
 void pd_layout_close(struct pd_shm *s)

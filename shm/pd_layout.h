@@ -43,15 +43,17 @@ _Static_assert(sizeof(struct pd_agent_slot) == 64, "agent slot ABI");
 
 /*
  * The agents region: this header, max_agents slots, the ring pairs, then
- * one pin journal per agent slot: pins_per_agent cells of _Atomic uint32_t,
- * 0 = empty, else (recv index bucket + 1) of one pin the agent holds.
+ * one pin journal per agent slot: pins_per_agent cells of _Atomic uint64_t,
+ * 0 = empty, else PD_INDEX_HAZARD(bucket, seq) of one pin the agent holds:
+ * a hazard naming one incarnation of one recv index entry (pd_index.h).
  *
- * Journal cells. Writer: the agent attached to that slot, only while it
- * holds the recv index mutex (pd_index_pin_rec/unpin_rec, so a cell and
- * the pin it records change together); the broker once that agent is gone
+ * Journal cells. Writer: the agent attached to that slot (pd_index_pin and
+ * pd_index_unpin, no lock); the broker once that agent is gone
  * (pd_layout_pins_reclaim(), at detach and again before the slot's next
- * agent is admitted). Both sides take a record with an atomic
- * read-modify-write, so each recorded pin is dropped at most once.
+ * agent is admitted), which only empties them. The broker's removals read
+ * them (journals of free agent slots skipped). A cell naming nothing, or an
+ * entry the agent never pinned, can only keep that one incarnation from
+ * being freed, never drop anyone's pin.
  */
 struct pd_agent_table {
 	uint32_t magic;             /* immutable after init; writer: broker */
@@ -63,7 +65,7 @@ struct pd_agent_table {
 	uint64_t rings_off;         /* from the table: ring pair i at rings_off + i * (sq + cq) */
 	uint32_t pins_per_agent;    /* journal cells per slot; 0: no journal */
 	uint32_t _rsvd0;
-	uint64_t pins_off;          /* from the table: journal i: pins_off + i * pins_per_agent * 4 */
+	uint64_t pins_off;          /* from the table: journal i: pins_off + i * pins_per_agent * 8 */
 	uint8_t  _pad[8];
 	struct pd_agent_slot slot[];
 };
@@ -133,19 +135,16 @@ int pd_layout_rings_reset(struct pd_shm *s, uint32_t id);
  * The pin journal of agent slot id (0-based): pd_layout_pins_count(s)
  * cells. NULL when id is out of range or the segment has no journal.
  */
-_Atomic uint32_t *pd_layout_pins(struct pd_shm *s, uint32_t id);
+_Atomic uint64_t *pd_layout_pins(struct pd_shm *s, uint32_t id);
 /* Journal cells per agent slot (0: none). */
 uint32_t pd_layout_pins_count(const struct pd_shm *s);
 
 /**
- * Broker: drop every pin recorded in slot id's journal and empty it (the
- * agent is gone, or a new agent is about to take the slot). Each cell is
- * taken with an atomic exchange before its pin is dropped, so a pin the
- * agent dropped itself is never dropped again; a cell naming no pinned
- * entry (a corrupt journal) is emptied and not counted.
- * @param dropped  pins dropped, also on error (may be NULL)
- * @return 0; -EINVAL bad id; -ETIMEDOUT / -ENOTRECOVERABLE the index lock
- *         (that cell is put back and the walk stops: call again later).
+ * Broker: empty slot id's journal (the agent is gone, or a new agent is
+ * about to take the slot): its hazards no longer hold anything, and the
+ * entries they named are freed at their next removal.
+ * @param dropped  cells that were not empty (may be NULL)
+ * @return 0; -EINVAL bad id.
  */
 int pd_layout_pins_reclaim(struct pd_shm *s, uint32_t id, uint32_t *dropped);
 

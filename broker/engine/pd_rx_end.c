@@ -63,16 +63,15 @@ void pd_rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns)
 
 /* ---- dropping what a request holds ------------------------------------------ */
 
-/* Remove the chunk's index entry if it is still this chunk's (the key may
- * have been granted again since). 0, or -EBUSY while decode agents pin it. */
+/* Remove the chunk's index entry, the one of its slot and generation (the
+ * key may have been granted again since, even while this one is retired).
+ * 0, or -EBUSY while a decode agent's hazard names it. */
 static int index_drop(struct pd_rx *rx, const struct rx_chunk *c)
 {
-	struct pd_index_val v;
+	int rc = pd_index_remove_chunk(rx->o.index, c->key, c->klen, PD_SLOT_REF_IDX(c->ref),
+				       PD_SLOT_REF_GEN(c->ref));
 
-	if (pd_index_lookup(rx->o.index, c->key, c->klen, &v) < 0 ||
-	    v.slot != PD_SLOT_REF_IDX(c->ref) || v.gen != PD_SLOT_REF_GEN(c->ref))
-		return 0;
-	return pd_index_remove(rx->o.index, c->key, c->klen) == -EBUSY ? -EBUSY : 0;
+	return rc == -EBUSY ? -EBUSY : 0;
 }
 
 static void free_slot(struct pd_rx *rx, struct rx_chunk *c)

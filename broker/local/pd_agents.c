@@ -86,20 +86,17 @@ static void drop_pending(struct ent *e)
 	e->npend = 0;
 }
 
-/* Drop the recv index pins slot id's journal records: its agent is gone
- * (so the chunks it pinned can be freed), or a new one is about to take
- * the slot. A failure (index lock) is logged; what is left is walked again
- * at the next attach or detach of that slot. */
+/* Empty slot id's pin journal: its agent is gone (so the chunks its
+ * hazards named are freed at the receiver's next retry), or a new one is
+ * about to take the slot. */
 static void reclaim_pins(struct pd_agents *ag, uint32_t id)
 {
 	uint32_t n = 0;
-	int rc = pd_layout_pins_reclaim(ag->o.shm, id - 1, &n);
 
+	(void)pd_layout_pins_reclaim(ag->o.shm, id - 1, &n);
 	ag->pins_reclaimed += n;
 	if (n)
 		PD_LOG(INFO, ctl, "agent %u: %u recv pins reclaimed", id, n);
-	if (rc < 0)
-		PD_LOG_RL(WARN, ctl, "agent %u: pin journal: %s", id, pd_strerror(rc));
 }
 
 static void detach(struct ent *e, int notify)
