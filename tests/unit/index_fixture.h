@@ -9,6 +9,9 @@
  * - struct tbl: a table in MAP_SHARED memory (inherited across fork()),
  *   built per test by tbl_make(); TBL_TEST() wraps a test in its setup and
  *   teardown.
+ * - tbl_make() also gives the table TBL_JOURNALS hazard journals of
+ *   TBL_CELLS cells (shared memory too), scanned by its removals;
+ *   tbl_cell(t, j, c) is cell c of journal j.
  * - Key i is make_key(i) -> make_val(i, state_of(i)); the key_* wrappers
  *   and the fixture helpers call no cmocka assert, so children use them too.
  * - White-box checks read the table directly: every live entry is reachable
@@ -38,10 +41,15 @@
 
 #define KEY_BUF 64u /* make_key() output */
 
+#define TBL_JOURNALS 4u  /* hazard journals tbl_make() gives the table */
+#define TBL_CELLS    16u /* cells per journal */
+
 struct tbl {
 	void *mem;
 	size_t len;
+	size_t ilen;             /* the table's bytes (the journals follow) */
 	struct pd_index ix;
+	_Atomic uint64_t *cells; /* TBL_JOURNALS x TBL_CELLS, after the table in mem */
 };
 
 #define TBL_TEST(fn) cmocka_unit_test_setup_teardown(fn, tbl_setup, tbl_teardown)
@@ -112,11 +120,18 @@ static inline int key_lookup(struct pd_index *ix, uint32_t i, struct pd_index_va
 	return pd_index_lookup(ix, key, make_key(i, key), out);
 }
 
-static inline int key_pin(struct pd_index *ix, uint32_t i, struct pd_index_val *out)
+static inline int key_pin(struct pd_index *ix, uint32_t i, struct pd_index_val *out,
+			  _Atomic uint64_t *cell)
 {
+	struct pd_index_val v;
 	char key[KEY_BUF];
 
-	return pd_index_pin(ix, key, make_key(i, key), out);
+	return pd_index_pin(ix, key, make_key(i, key), out ? out : &v, cell);
+}
+
+static inline _Atomic uint64_t *tbl_cell(struct tbl *t, uint32_t j, uint32_t c)
+{
+	return &t->cells[j * TBL_CELLS + c];
 }
 
 static inline int key_remove(struct pd_index *ix, uint32_t i)
@@ -124,6 +139,13 @@ static inline int key_remove(struct pd_index *ix, uint32_t i)
 	char key[KEY_BUF];
 
 	return pd_index_remove(ix, key, make_key(i, key));
+}
+
+static inline int key_remove_chunk(struct pd_index *ix, uint32_t i, const struct pd_index_val *v)
+{
+	char key[KEY_BUF];
+
+	return pd_index_remove_chunk(ix, key, make_key(i, key), v->slot, v->gen);
 }
 
 static inline int is_live(uint32_t state)
@@ -137,32 +159,36 @@ static inline struct pd_index *tbl_make(struct tbl *t, uint32_t nbuckets, uint32
 					uint64_t seed)
 {
 	int64_t need = pd_index_memsize(nbuckets);
+	size_t cells = TBL_JOURNALS * TBL_CELLS * sizeof(_Atomic uint64_t);
+	struct pd_index_journals j = { .njournals = TBL_JOURNALS, .ncells = TBL_CELLS };
 
 	assert_true(need > 0);
-	assert_non_null(tbl_alloc(t, (size_t)need));
-	assert_int_equal(pd_index_init(t->mem, t->len, nbuckets, max_probe, seed), 0);
-	assert_int_equal(pd_index_open(&t->ix, t->mem, t->len), 0);
+	assert_non_null(tbl_alloc(t, (size_t)need + cells));
+	assert_int_equal(pd_index_init(t->mem, (size_t)need, nbuckets, max_probe, seed), 0);
+	assert_int_equal(pd_index_open(&t->ix, t->mem, (size_t)need), 0);
+	t->ilen = (size_t)need;
+	t->cells = (_Atomic uint64_t *)((char *)t->mem + need);
+	j.cells = t->cells;
+	pd_index_set_journals(&t->ix, &j);
 	return &t->ix;
 }
 
-static inline void assert_val(const struct pd_index_val *got, const struct pd_index_val *want,
-			      uint32_t refcount)
+static inline void assert_val(const struct pd_index_val *got, const struct pd_index_val *want)
 {
 	assert_int_equal(got->req, want->req);
 	assert_int_equal(got->slot, want->slot);
 	assert_int_equal(got->gen, want->gen);
 	assert_int_equal(got->len, want->len);
 	assert_int_equal(got->state, want->state);
-	assert_int_equal(got->refcount, refcount);
 }
 
-static inline void expect_present(struct pd_index *ix, uint32_t i, uint32_t refcount)
+static inline void expect_present(struct pd_index *ix, uint32_t i)
 {
 	struct pd_index_val want = make_val(i, state_of(i)), got;
 
 	memset(&got, 0xee, sizeof(got));
 	assert_int_equal(key_lookup(ix, i, &got), 0);
-	assert_val(&got, &want, refcount);
+	assert_val(&got, &want);
 }
 
 static inline void expect_absent(struct pd_index *ix, uint32_t i)
@@ -179,7 +205,7 @@ static inline void insert_range(struct pd_index *ix, uint32_t from, uint32_t to)
 static inline void expect_range(struct pd_index *ix, uint32_t from, uint32_t to)
 {
 	for (uint32_t i = from; i < to; i++)
-		expect_present(ix, i, 0);
+		expect_present(ix, i);
 }
 
 /* -ENOSPC is only right when every bucket of the key's window is live. */
@@ -208,15 +234,17 @@ static inline void check_reachable(const struct pd_index *ix, uint32_t b)
 
 static inline void check_invariants(const struct pd_index *ix)
 {
-	uint32_t nlive = 0, ndead = 0;
+	uint32_t nlive = 0, ndead = 0, nretired = 0;
 
 	for (uint32_t b = 0; b <= ix->mask; b++) {
 		uint32_t state = ix->entries[b].state;
 		uint32_t next = ix->entries[(b + 1) & ix->mask].state;
 
-		assert_true(state <= PD_INDEX_DELETED);
-		if (is_live(state)) {
-			nlive++;
+		assert_true(state <= PD_INDEX_RETIRED);
+		assert_int_equal(atomic_load(&ix->entries[b].seq) & 1u, 0);
+		if (is_live(state) || state == PD_INDEX_RETIRED) {
+			nlive += state != PD_INDEX_RETIRED;
+			nretired += state == PD_INDEX_RETIRED;
 			check_reachable(ix, b);
 		} else if (state == PD_INDEX_DELETED) {
 			ndead++;
@@ -225,6 +253,7 @@ static inline void check_invariants(const struct pd_index *ix)
 	}
 	assert_int_equal(nlive, ix->shm->count);
 	assert_int_equal(ndead, ix->shm->tombstones);
+	assert_int_equal(nretired, ix->shm->retired);
 	assert_int_equal(pd_index_count(ix), nlive);
 }
 

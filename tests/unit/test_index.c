@@ -83,9 +83,9 @@ static void expect_open_proto(struct tbl *t, uint32_t *field, uint32_t bad)
 	uint32_t saved = *field;
 
 	*field = bad;
-	assert_int_equal(pd_index_open(&ix, t->mem, t->len), -EPROTO);
+	assert_int_equal(pd_index_open(&ix, t->mem, t->ilen), -EPROTO);
 	*field = saved;
-	assert_int_equal(pd_index_open(&ix, t->mem, t->len), 0);
+	assert_int_equal(pd_index_open(&ix, t->mem, t->ilen), 0);
 }
 
 static void test_open_rejects(void **state)
@@ -97,11 +97,11 @@ static void test_open_rejects(void **state)
 
 	tbl_make(t, 64, 4, 1);
 	s = t->mem;
-	assert_int_equal(pd_index_open(NULL, t->mem, t->len), -EINVAL);
-	assert_int_equal(pd_index_open(&ix, NULL, t->len), -EINVAL);
-	assert_int_equal(pd_index_open(&ix, t->mem, t->len - 1), -EPROTO);
+	assert_int_equal(pd_index_open(NULL, t->mem, t->ilen), -EINVAL);
+	assert_int_equal(pd_index_open(&ix, NULL, t->ilen), -EINVAL);
+	assert_int_equal(pd_index_open(&ix, t->mem, t->ilen - 1), -EPROTO);
 	assert_int_equal(pd_index_open(&ix, t->mem, 16), -EPROTO);
-	rc = pd_index_open(&ix, (char *)t->mem + 8, t->len - 8);
+	rc = pd_index_open(&ix, (char *)t->mem + 8, t->ilen - 8);
 	assert_true(rc == -EINVAL || rc == -EPROTO);
 	expect_open_proto(t, &s->magic, PD_INDEX_MAGIC ^ 1);
 	expect_open_proto(t, &s->magic, 0);
@@ -113,18 +113,17 @@ static void test_open_rejects(void **state)
 	expect_open_proto(t, &s->max_probe, 65);
 	expect_open_proto(t, &s->max_probe, UINT32_MAX);
 	/* Still the table it was. */
-	assert_int_equal(pd_index_open(&ix, t->mem, t->len), 0);
+	assert_int_equal(pd_index_open(&ix, t->mem, t->ilen), 0);
 	assert_int_equal(ix.mask, 63);
 	assert_int_equal(ix.max_probe, 4);
 	assert_int_equal(ix.seed, 1);
 }
 
-enum op { OP_INSERT, OP_LOOKUP, OP_PIN, OP_UNPIN, OP_COMMIT, OP_REMOVE, OP_PIN_REC,
-	  OP_UNPIN_REC, OP_N };
+enum op { OP_INSERT, OP_LOOKUP, OP_PIN, OP_COMMIT, OP_REMOVE, OP_REMOVE_CHUNK, OP_N };
 
 static int call_op(enum op op, struct pd_index *ix, const void *key, uint32_t klen)
 {
-	static _Atomic uint32_t cell; /* stays empty: every call here is refused */
+	static _Atomic uint64_t cell; /* stays empty: every call here is refused */
 	struct pd_index_val v = make_val(1, PD_INDEX_PENDING);
 
 	switch (op) {
@@ -133,17 +132,13 @@ static int call_op(enum op op, struct pd_index *ix, const void *key, uint32_t kl
 	case OP_LOOKUP:
 		return pd_index_lookup(ix, key, klen, &v);
 	case OP_PIN:
-		return pd_index_pin(ix, key, klen, &v);
-	case OP_UNPIN:
-		return pd_index_unpin(ix, key, klen);
+		return pd_index_pin(ix, key, klen, &v, &cell);
 	case OP_COMMIT:
 		return pd_index_commit(ix, key, klen, 5);
 	case OP_REMOVE:
 		return pd_index_remove(ix, key, klen);
-	case OP_PIN_REC:
-		return pd_index_pin_rec(ix, key, klen, &v, &cell);
-	case OP_UNPIN_REC:
-		return pd_index_unpin_rec(ix, key, klen, &cell);
+	case OP_REMOVE_CHUNK:
+		return pd_index_remove_chunk(ix, key, klen, v.slot, v.gen);
 	case OP_N:
 		break;
 	}
@@ -173,7 +168,7 @@ static void test_ops_reject_bad_args(void **state)
 	/* None of the rejected calls touched the entry. */
 	assert_int_equal(pd_index_count(ix), 1);
 	assert_int_equal(pd_index_lookup(ix, key, PD_KEY_MAX, &got), 0);
-	assert_val(&got, &v, 0);
+	assert_val(&got, &v);
 	check_invariants(ix);
 }
 
@@ -222,7 +217,7 @@ static void test_key_bytes(void **state)
 		struct pd_index_val want = make_val(i, PD_INDEX_COMMITTED);
 
 		assert_int_equal(pd_index_lookup(ix, keys[i].p, keys[i].len, &got), 0);
-		assert_val(&got, &want, 0);
+		assert_val(&got, &want);
 	}
 	assert_int_equal(pd_index_remove(ix, keys[1].p, keys[1].len), 0);
 	assert_int_equal(pd_index_lookup(ix, keys[1].p, keys[1].len, NULL), -ENOENT);
@@ -243,7 +238,7 @@ static void test_key_max_len(void **state)
 		key[i] = (uint8_t)(i * 7); /* includes NUL bytes */
 	assert_int_equal(pd_index_insert(ix, key, PD_KEY_MAX, &v), 0);
 	assert_int_equal(pd_index_lookup(ix, key, PD_KEY_MAX, &got), 0);
-	assert_val(&got, &v, 0);
+	assert_val(&got, &v);
 	assert_int_equal(pd_index_lookup(ix, key, PD_KEY_MAX - 1, NULL), -ENOENT);
 	key[PD_KEY_MAX - 1] ^= 1;
 	assert_int_equal(pd_index_lookup(ix, key, PD_KEY_MAX, NULL), -ENOENT);
@@ -253,13 +248,6 @@ static void test_key_max_len(void **state)
 }
 
 /* ---- entry state machine -------------------------------------------------------- */
-
-static int key_unpin(struct pd_index *ix, uint32_t i)
-{
-	char key[KEY_BUF];
-
-	return pd_index_unpin(ix, key, make_key(i, key));
-}
 
 static int key_commit(struct pd_index *ix, uint32_t i, uint32_t len)
 {
@@ -290,10 +278,10 @@ static void test_duplicate_insert(void **state)
 	uint32_t klen = make_key(4, key);
 
 	assert_int_equal(key_insert(ix, 4), 0);
-	assert_int_equal(key_pin(ix, 4, NULL), 1);
+	assert_int_equal(key_pin(ix, 4, NULL, tbl_cell(t, 0, 0)), -ENOENT); /* pending */
 	assert_int_equal(pd_index_insert(ix, key, klen, &other), -EEXIST);
 	assert_int_equal(key_insert(ix, 4), -EEXIST);
-	expect_present(ix, 4, 1);
+	expect_present(ix, 4);
 	assert_int_equal(pd_index_count(ix), 1);
 	assert_int_equal(pd_stat_get(&ix->shm->stats.dups), 2);
 	check_invariants(ix);
@@ -308,8 +296,8 @@ static void test_missing_key(void **state)
 	insert_range(ix, 0, 10);
 	for (uint32_t i = 10; i < 20; i++) {
 		expect_absent(ix, i);
-		assert_int_equal(key_pin(ix, i, NULL), -ENOENT);
-		assert_int_equal(key_unpin(ix, i), -ENOENT);
+		assert_int_equal(key_pin(ix, i, NULL, tbl_cell(t, 0, 0)), -ENOENT);
+		assert_int_equal(atomic_load(tbl_cell(t, 0, 0)), 0);
 		assert_int_equal(key_commit(ix, i, 1), -ENOENT);
 		assert_int_equal(key_remove(ix, i), -ENOENT);
 	}
@@ -317,41 +305,66 @@ static void test_missing_key(void **state)
 	check_invariants(ix);
 }
 
+/* The bucket holding key i, live or retired (white box), asserting it is there. */
+static uint32_t bucket_of(const struct pd_index *ix, uint32_t i)
+{
+	char key[KEY_BUF];
+	uint32_t klen = make_key(i, key);
+
+	for (uint32_t b = 0; b <= ix->mask; b++) {
+		const struct pd_index_entry *e = &ix->entries[b];
+
+		if ((is_live(e->state) || e->state == PD_INDEX_RETIRED) && e->klen == klen &&
+		    memcmp(e->key, key, klen) == 0)
+			return b;
+	}
+	fail_msg("key %u not in the table", i);
+	return 0;
+}
+
+static uint32_t seq_at(const struct pd_index *ix, uint32_t b)
+{
+	return atomic_load(&ix->entries[b].seq);
+}
+
+/* A pin stores (bucket, seq) in its cell, returns the entry's values and
+ * writes nothing in the table; unpin empties only a cell holding its value. */
 static void test_pin_unpin(void **state)
 {
 	struct tbl *t = *state;
 	struct pd_index *ix = tbl_make(t, 64, 8, 9);
 	struct pd_index_val want = make_val(3, state_of(3)), got;
+	_Atomic uint64_t *a = tbl_cell(t, 0, 0), *b = tbl_cell(t, 1, 5);
+	void *before = malloc(t->ilen);
+	uint32_t bk;
 
+	assert_non_null(before);
+	assert_int_equal(state_of(3), PD_INDEX_COMMITTED);
 	assert_int_equal(key_insert(ix, 3), 0);
-	for (uint32_t r = 1; r <= 3; r++) {
-		assert_int_equal(key_pin(ix, 3, &got), r);
-		assert_val(&got, &want, r);
-	}
-	assert_int_equal(key_pin(ix, 3, NULL), 4);
-	expect_present(ix, 3, 4);
-	for (int r = 3; r >= 0; r--)
-		assert_int_equal(key_unpin(ix, 3), r);
-	assert_int_equal(key_unpin(ix, 3), -EINVAL);
-	expect_present(ix, 3, 0);
-}
-
-static void test_remove_pinned(void **state)
-{
-	struct tbl *t = *state;
-	struct pd_index *ix = tbl_make(t, 64, 8, 10);
-
-	assert_int_equal(key_insert(ix, 5), 0);
-	assert_int_equal(key_pin(ix, 5, NULL), 1);
-	assert_int_equal(key_remove(ix, 5), -EBUSY);
-	expect_present(ix, 5, 1);
-	assert_int_equal(pd_index_count(ix), 1);
-	assert_int_equal(key_unpin(ix, 5), 0);
-	assert_int_equal(key_remove(ix, 5), 0);
-	expect_absent(ix, 5);
-	assert_int_equal(key_remove(ix, 5), -ENOENT);
-	assert_int_equal(key_pin(ix, 5, NULL), -ENOENT);
-	assert_int_equal(pd_index_count(ix), 0);
+	bk = bucket_of(ix, 3);
+	memcpy(before, t->mem, t->ilen);
+	assert_int_equal(key_pin(ix, 3, &got, a), 0);
+	assert_val(&got, &want);
+	assert_int_equal(got.hazard, PD_INDEX_HAZARD(bk, seq_at(ix, bk)));
+	assert_int_equal(atomic_load(a), got.hazard);
+	assert_int_equal(key_pin(ix, 3, &got, b), 0); /* another journal: the same hazard */
+	assert_int_equal(atomic_load(b), atomic_load(a));
+	assert_int_equal(key_pin(ix, 3, &got, a), -EBUSY); /* a held cell is kept */
+	assert_int_equal(key_pin(ix, 2, NULL, tbl_cell(t, 0, 1)), -ENOENT); /* pending */
+	assert_int_equal(atomic_load(tbl_cell(t, 0, 1)), 0);
+	assert_memory_equal(before, t->mem, t->ilen);
+	free(before);
+	assert_int_equal(pd_index_unpin(a, got.hazard + 1), -ESTALE);
+	assert_int_equal(atomic_load(a), got.hazard);
+	assert_int_equal(pd_index_unpin(a, got.hazard), 0);
+	assert_int_equal(atomic_load(a), 0);
+	assert_int_equal(pd_index_unpin(a, got.hazard), -ESTALE);
+	assert_int_equal(pd_index_unpin(a, 0), -EINVAL);
+	assert_int_equal(pd_index_unpin(NULL, got.hazard), -EINVAL);
+	assert_int_equal(pd_index_pin(ix, "k", 1, NULL, a), -EINVAL);
+	assert_int_equal(key_pin(ix, 3, &got, NULL), -EINVAL);
+	assert_int_equal(pd_index_unpin(b, got.hazard), 0);
+	expect_present(ix, 3);
 	check_invariants(ix);
 }
 
@@ -368,13 +381,13 @@ static void test_commit(void **state)
 	want.state = PD_INDEX_COMMITTED;
 	want.len = 4096;
 	assert_int_equal(key_lookup(ix, 2, &got), 0);
-	assert_val(&got, &want, 0);
+	assert_val(&got, &want);
 	/* Already committed: refused, length kept. */
 	assert_int_equal(key_commit(ix, 2, 1), -EINVAL);
 	assert_int_equal(key_lookup(ix, 2, &got), 0);
-	assert_val(&got, &want, 0);
+	assert_val(&got, &want);
 	assert_int_equal(key_commit(ix, 1, 1), -EINVAL);
-	expect_present(ix, 1, 0);
+	expect_present(ix, 1);
 }
 
 static void test_count_tracks_live(void **state)
@@ -386,9 +399,13 @@ static void test_count_tracks_live(void **state)
 		assert_int_equal(key_insert(ix, i), 0);
 		assert_int_equal(pd_index_count(ix), i + 1);
 	}
-	assert_int_equal(key_pin(ix, 1, NULL), 1);
+	assert_int_equal(key_pin(ix, 1, NULL, tbl_cell(t, 1, 3)), 0);
 	assert_int_equal(key_insert(ix, 0), -EEXIST);
-	assert_int_equal(key_remove(ix, 1), -EBUSY);
+	assert_int_equal(key_remove(ix, 1), -EBUSY); /* retired: no longer counted */
+	assert_int_equal(pd_index_count(ix), 99);
+	atomic_store(tbl_cell(t, 1, 3), 0);
+	assert_int_equal(key_remove(ix, 1), 0);
+	assert_int_equal(key_insert(ix, 1), 0);
 	assert_int_equal(key_remove(ix, 100), -ENOENT);
 	assert_int_equal(pd_index_count(ix), 100);
 	for (uint32_t i = 0; i < 100; i += 2) {
@@ -441,7 +458,7 @@ static void test_bounded_probe_full(void **state)
 	for (uint32_t i = 0; i < n; i++)
 		assert_int_equal(key_remove(ix, i), 0);
 	assert_int_equal(key_insert(ix, n), 0);
-	expect_present(ix, n, 0);
+	expect_present(ix, n);
 	check_invariants(ix);
 }
 
@@ -460,7 +477,7 @@ static void fill_whole_table(struct tbl *t, uint32_t nbuckets)
 	assert_int_equal(key_remove(ix, nbuckets / 2), 0);
 	assert_int_equal(key_insert(ix, nbuckets), 0);
 	assert_int_equal(key_insert(ix, nbuckets + 1), -ENOSPC);
-	expect_present(ix, nbuckets, 0);
+	expect_present(ix, nbuckets);
 	check_invariants(ix);
 }
 
@@ -508,157 +525,196 @@ static void test_tombstones_swept(void **state)
 	check_invariants(ix);
 }
 
-/* ---- journalled pins ------------------------------------------------------------ */
+/* ---- hazards --------------------------------------------------------------------- */
 
-static int key_pin_rec(struct pd_index *ix, uint32_t i, _Atomic uint32_t *cell)
-{
-	char key[KEY_BUF];
-
-	return pd_index_pin_rec(ix, key, make_key(i, key), NULL, cell);
-}
-
-static int key_unpin_rec(struct pd_index *ix, uint32_t i, _Atomic uint32_t *cell)
-{
-	char key[KEY_BUF];
-
-	return pd_index_unpin_rec(ix, key, make_key(i, key), cell);
-}
-
-static uint32_t cell_of(_Atomic uint32_t *cell)
-{
-	return atomic_load(cell);
-}
-
-/* The bucket holding key i (white box), asserting it is there. */
-static uint32_t bucket_of(const struct pd_index *ix, uint32_t i)
-{
-	char key[KEY_BUF];
-	uint32_t klen = make_key(i, key);
-
-	for (uint32_t b = 0; b <= ix->mask; b++) {
-		const struct pd_index_entry *e = &ix->entries[b];
-
-		if (is_live(e->state) && e->klen == klen && memcmp(e->key, key, klen) == 0)
-			return b;
-	}
-	fail_msg("key %u not in the table", i);
-	return 0;
-}
-
-static void test_rec_rejects(void **state)
+/* An entry a cell names is retired, not freed: no longer found, its bucket
+ * and values kept; freed by the first removal after the cell is emptied. */
+static void test_hazard_not_removed(void **state)
 {
 	struct tbl *t = *state;
-	struct pd_index *ix = tbl_make(t, 64, 8, 21);
-	_Atomic uint32_t cell = 0, used = 7;
+	struct pd_index *ix = tbl_make(t, 64, 8, 10);
+	_Atomic uint64_t *c = tbl_cell(t, 2, 7);
+	struct pd_index_val got;
+	uint32_t b;
 
-	assert_int_equal(key_insert(ix, 4), 0);
-	assert_int_equal(key_pin_rec(ix, 4, NULL), -EINVAL);
-	assert_int_equal(key_unpin_rec(ix, 4, NULL), -EINVAL);
-	/* A missing key: no pin, the cell untouched. */
-	assert_int_equal(key_pin_rec(ix, 5, &cell), -ENOENT);
-	assert_int_equal(cell_of(&cell), 0);
-	/* A cell already holding a record is never overwritten (its pin would leak). */
-	assert_int_equal(key_pin_rec(ix, 4, &used), -EBUSY);
-	assert_int_equal(cell_of(&used), 7);
-	expect_present(ix, 4, 0);
-	/* An empty cell records no pin: unpin_rec drops nothing. */
-	assert_int_equal(key_pin(ix, 4, NULL), 1);
-	assert_int_equal(key_unpin_rec(ix, 4, &cell), -ESTALE);
-	expect_present(ix, 4, 1);
-	assert_int_equal(key_unpin_rec(ix, 5, &cell), -ENOENT);
-	/* unpin_bucket: range, free, tombstone, unpinned. */
-	assert_int_equal(pd_index_unpin_bucket(NULL, 0), -EINVAL);
-	assert_int_equal(pd_index_unpin_bucket(ix, 64), -EINVAL);
-	assert_int_equal(pd_index_unpin_bucket(ix, UINT32_MAX), -EINVAL);
-	assert_int_equal(pd_index_unpin_bucket(ix, (bucket_of(ix, 4) + 1) & ix->mask), -ENOENT);
-	assert_int_equal(key_unpin(ix, 4), 0);
-	assert_int_equal(pd_index_unpin_bucket(ix, bucket_of(ix, 4)), -ENOENT);
-	expect_present(ix, 4, 0);
+	insert_range(ix, 0, 12);
+	b = bucket_of(ix, 5);
+	assert_int_equal(key_pin(ix, 5, &got, c), 0);
+	assert_int_equal(key_remove(ix, 5), -EBUSY);
+	assert_int_equal(ix->entries[b].state, PD_INDEX_RETIRED);
+	expect_absent(ix, 5);
+	assert_int_equal(key_pin(ix, 5, NULL, tbl_cell(t, 0, 0)), -ENOENT);
+	assert_int_equal(pd_index_count(ix), 11);
+	assert_int_equal(ix->shm->retired, 1);
+	check_invariants(ix);
+	assert_int_equal(key_remove(ix, 5), -EBUSY); /* rescanned: still named */
+	assert_int_equal(pd_stat_get(&ix->shm->stats.busy), 2);
+	for (uint32_t i = 100; i < 200; i++)
+		(void)key_insert(ix, i); /* fills the table: never bucket b */
+	assert_int_equal(ix->entries[b].state, PD_INDEX_RETIRED);
+	assert_int_equal(bucket_of(ix, 5), b);
+	assert_int_equal(ix->entries[b].slot, got.slot);
+	assert_int_equal(ix->entries[b].len, got.len);
+	check_invariants(ix);
+	assert_int_equal(pd_index_unpin(c, got.hazard), 0);
+	assert_int_equal(key_remove(ix, 5), 0);
+	assert_int_equal(ix->shm->retired, 0);
+	assert_int_equal(key_remove(ix, 5), -ENOENT);
 	check_invariants(ix);
 }
 
-static void test_rec_records_the_bucket(void **state)
+/* A hazard names one incarnation: a stale one (the bucket's previous
+ * entry) keeps nothing; the exact one, even written by hand, keeps that one. */
+static void test_hazard_names_one_incarnation(void **state)
 {
 	struct tbl *t = *state;
-	struct pd_index *ix = tbl_make(t, 64, 8, 22);
-	struct pd_index_val want = make_val(9, state_of(9)), got;
-	_Atomic uint32_t a = 0, b = 0;
-	char key[KEY_BUF];
-	uint32_t klen = make_key(9, key);
-
-	insert_range(ix, 0, 20);
-	assert_int_equal(pd_index_pin_rec(ix, key, klen, &got, &a), 1);
-	assert_val(&got, &want, 1);
-	assert_int_equal(cell_of(&a), bucket_of(ix, 9) + 1);
-	assert_int_equal(key_pin_rec(ix, 9, &b), 2);
-	assert_int_equal(cell_of(&b), cell_of(&a));
-	/* Each record drops its own pin, once; the cell is emptied. */
-	assert_int_equal(key_unpin_rec(ix, 9, &a), 1);
-	assert_int_equal(cell_of(&a), 0);
-	assert_int_equal(key_unpin_rec(ix, 9, &a), -ESTALE);
-	expect_present(ix, 9, 1);
-	/* A record of another key's bucket is not this pin: left alone. */
-	assert_int_equal(key_unpin_rec(ix, 8, &b), -ESTALE);
-	assert_int_equal(cell_of(&b), bucket_of(ix, 9) + 1);
-	assert_int_equal(key_unpin_rec(ix, 9, &b), 0);
-	assert_int_equal(cell_of(&b), 0);
-	expect_present(ix, 9, 0);
-	check_invariants(ix);
-}
-
-/* The broker takes a dead agent's record (atomic exchange, then unpin by
- * bucket); the agent, if it still runs, then finds its record gone and
- * drops nothing. A double drop would take the other agent's pin too and let
- * the broker free a chunk that agent still reads. */
-static void test_rec_never_drops_a_pin_twice(void **state)
-{
-	struct tbl *t = *state;
-	struct pd_index *ix = tbl_make(t, 64, 8, 23);
-	_Atomic uint32_t dead = 0, other = 0;
-	uint32_t rec;
+	struct pd_index *ix = tbl_make(t, 64, 8, 11);
+	struct pd_index_val got;
+	uint32_t b;
 
 	insert_range(ix, 0, 10);
-	assert_int_equal(key_pin_rec(ix, 3, &dead), 1);
-	assert_int_equal(key_pin_rec(ix, 3, &other), 2);
-	rec = atomic_exchange(&dead, 0);
-	assert_int_equal(rec, bucket_of(ix, 3) + 1);
-	assert_int_equal(pd_index_unpin_bucket(ix, rec - 1), 0);
-	expect_present(ix, 3, 1);
-	/* The late unpin of the taken record, and a second taking: no effect. */
-	assert_int_equal(key_unpin_rec(ix, 3, &dead), -ESTALE);
-	assert_int_equal(atomic_exchange(&dead, 0), 0);
-	expect_present(ix, 3, 1);
-	assert_int_equal(key_remove(ix, 3), -EBUSY); /* the other pin holds it */
-	assert_int_equal(key_unpin_rec(ix, 3, &other), 0);
-	assert_int_equal(pd_index_unpin_bucket(ix, rec - 1), -ENOENT); /* no underflow */
-	expect_present(ix, 3, 0);
+	assert_int_equal(key_pin(ix, 3, &got, tbl_cell(t, 0, 0)), 0);
+	assert_int_equal(pd_index_unpin(tbl_cell(t, 0, 0), got.hazard), 0);
+	assert_int_equal(key_remove(ix, 3), 0);
+	assert_int_equal(key_insert(ix, 3), 0);
+	b = bucket_of(ix, 3);
+	atomic_store(tbl_cell(t, 1, 1), got.hazard); /* the old incarnation */
+	atomic_store(tbl_cell(t, 1, 2), PD_INDEX_HAZARD(b, seq_at(ix, b) + 2)); /* a later one */
+	assert_int_equal(key_remove(ix, 3), 0);
+	assert_int_equal(key_insert(ix, 3), 0);
+	b = bucket_of(ix, 3);
+	atomic_store(tbl_cell(t, 3, 15), PD_INDEX_HAZARD(b, seq_at(ix, b)));
+	assert_int_equal(key_remove(ix, 3), -EBUSY);
+	atomic_store(tbl_cell(t, 3, 15), 0);
+	assert_int_equal(key_remove(ix, 3), 0);
+	check_invariants(ix);
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* A garbage cell value: random, a live bucket at a wrong seq, or no bucket. */
+static uint64_t garbage(const struct pd_index *ix, uint64_t *rng)
+{
+	uint64_t r = xorshift(rng);
+	uint32_t b = (uint32_t)(r >> 8) & ix->mask, s = seq_at(ix, b);
+
+	switch (r % 6) {
+	case 0:  return r;
+	case 1:  return PD_INDEX_HAZARD(b, s + 2);
+	case 2:  return PD_INDEX_HAZARD(b, s - 2);
+	case 3:  return PD_INDEX_HAZARD(b, s + 1);
+	case 4:  return PD_INDEX_HAZARD(ix->mask + 1 + (r >> 40), s);
+	default: return r % 2 ? UINT64_MAX : PD_INDEX_HAZARD(UINT32_MAX - 1, s) - 1;
+	}
+}
+
+/* Journals full of garbage, plus one exact hazard on key 21: removals of
+ * every other key succeed, key 21's is refused until its cell goes. */
+static void test_garbage_cells(void **state)
+{
+	struct tbl *t = *state;
+	struct pd_index *ix = tbl_make(t, 64, 16, 12);
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
+	uint32_t b;
+
+	insert_range(ix, 0, 40);
+	for (uint32_t k = 0; k < TBL_JOURNALS * TBL_CELLS; k++)
+		atomic_store(&t->cells[k], garbage(ix, &rng));
+	b = bucket_of(ix, 21);
+	atomic_store(tbl_cell(t, 2, 9), PD_INDEX_HAZARD(b, seq_at(ix, b)));
+	for (uint32_t i = 0; i < 40; i++)
+		assert_int_equal(key_remove(ix, i), i == 21 ? -EBUSY : 0);
+	check_invariants(ix);
+	assert_int_equal(pd_index_count(ix), 0);
+	insert_range(ix, 100, 130); /* the buckets freed are reused */
+	assert_int_equal(bucket_of(ix, 21), b);
+	atomic_store(tbl_cell(t, 2, 9), 0);
+	assert_int_equal(key_remove(ix, 21), 0);
+	check_invariants(ix);
+}
+
+/* While a retired entry waits, its key can go in again (another bucket);
+ * removal by chunk tells the two apart, and a plain one takes the retired. */
+static void test_retired_key_reinserted(void **state)
+{
+	struct tbl *t = *state;
+	struct pd_index *ix = tbl_make(t, 64, 8, 13);
+	struct pd_index_val old = make_val(7, PD_INDEX_COMMITTED), nu = old, got;
+	_Atomic uint64_t *c = tbl_cell(t, 0, 4);
+	char key[KEY_BUF];
+	uint32_t klen = make_key(7, key);
+
+	nu.slot += 1000;
+	nu.gen += 1;
+	assert_int_equal(pd_index_insert(ix, key, klen, &old), 0);
+	assert_int_equal(key_pin(ix, 7, &got, c), 0);
+	assert_int_equal(key_remove_chunk(ix, 7, &old), -EBUSY);
+	assert_int_equal(pd_index_insert(ix, key, klen, &nu), 0);
+	assert_int_equal(pd_index_lookup(ix, key, klen, &got), 0);
+	assert_val(&got, &nu);
+	assert_int_equal(key_remove_chunk(ix, 7, &old), -EBUSY);
+	assert_int_equal(key_remove(ix, 7), -EBUSY); /* the retired one first */
+	expect_absent(ix, 9);
+	assert_int_equal(pd_index_lookup(ix, key, klen, &got), 0);
+	assert_val(&got, &nu);
+	assert_int_equal(key_remove_chunk(ix, 7, &nu), 0);
+	assert_int_equal(pd_index_lookup(ix, key, klen, NULL), -ENOENT);
+	assert_int_equal(key_remove_chunk(ix, 7, &nu), -ENOENT);
+	assert_int_equal(atomic_exchange(c, 0) != 0, 1); /* as a detach empties it */
+	assert_int_equal(key_remove_chunk(ix, 7, &old), 0);
+	assert_int_equal(key_remove(ix, 7), -ENOENT);
+	check_invariants(ix);
+}
+
+/* Only journals whose owner word is set are scanned (free agent slots). */
+static void test_free_agent_slots_skipped(void **state)
+{
+	struct tbl *t = *state;
+	struct pd_index *ix = tbl_make(t, 64, 8, 14);
+	_Atomic uint32_t owner[TBL_JOURNALS][2] = { { 1 }, { 0 }, { 1 }, { 0 } };
+	struct pd_index_journals j = { .cells = t->cells, .owner = &owner[0][0],
+				       .owner_stride = sizeof(owner[0]),
+				       .njournals = TBL_JOURNALS, .ncells = TBL_CELLS };
+
+	pd_index_set_journals(ix, &j);
+	insert_range(ix, 0, 10);
+	assert_int_equal(key_pin(ix, 1, NULL, tbl_cell(t, 1, 0)), 0);
+	assert_int_equal(key_pin(ix, 3, NULL, tbl_cell(t, 2, TBL_CELLS - 1)), 0);
+	assert_int_equal(key_remove(ix, 1), 0);
+	assert_int_equal(key_remove(ix, 3), -EBUSY);
+	pd_index_set_journals(ix, NULL); /* no journals: nothing holds */
 	assert_int_equal(key_remove(ix, 3), 0);
 	check_invariants(ix);
 }
 
 /* A pinned entry keeps its bucket through removals, sweeps and inserts
- * around it, so its journal record stays valid as long as the pin. */
+ * around it, so its hazard goes on naming it. */
 static void test_pinned_entry_keeps_its_bucket(void **state)
 {
 	const uint32_t n = 48;
 	struct tbl *t = *state;
 	struct pd_index *ix = tbl_make(t, 64, 64, 24);
-	_Atomic uint32_t cell = 0;
+	_Atomic uint64_t *cell = tbl_cell(t, 0, 0);
+	struct pd_index_val got;
 	uint32_t b;
 
 	insert_range(ix, 0, n);
-	assert_int_equal(key_pin_rec(ix, 17, &cell), 1);
-	b = cell_of(&cell) - 1;
+	assert_int_equal(key_pin(ix, 17, &got, cell), 0);
+	b = bucket_of(ix, 17);
 	for (uint32_t k = 0; k < n; k++)
 		assert_int_equal(key_remove(ix, k), k == 17 ? -EBUSY : 0);
 	insert_range(ix, n, 2 * n - 4);
 	assert_int_equal(bucket_of(ix, 17), b);
-	expect_present(ix, 17, 1);
+	assert_int_equal(got.hazard, PD_INDEX_HAZARD(b, seq_at(ix, b) - 2));
 	check_invariants(ix);
-	assert_int_equal(pd_index_unpin_bucket(ix, b), 0);
+	assert_int_equal(pd_index_unpin(cell, got.hazard), 0);
 	assert_int_equal(key_remove(ix, 17), 0);
-	/* The bucket may now hold another key: an old record must not be used. */
-	assert_int_equal(key_unpin_rec(ix, 17, &cell), -ENOENT);
 	check_invariants(ix);
 }
 
@@ -676,15 +732,16 @@ int main(void)
 		TBL_TEST(test_duplicate_insert),
 		TBL_TEST(test_missing_key),
 		TBL_TEST(test_pin_unpin),
-		TBL_TEST(test_remove_pinned),
 		TBL_TEST(test_commit),
 		TBL_TEST(test_count_tracks_live),
 		TBL_TEST(test_bounded_probe_full),
 		TBL_TEST(test_full_table),
 		TBL_TEST(test_tombstones_swept),
-		TBL_TEST(test_rec_rejects),
-		TBL_TEST(test_rec_records_the_bucket),
-		TBL_TEST(test_rec_never_drops_a_pin_twice),
+		TBL_TEST(test_hazard_not_removed),
+		TBL_TEST(test_hazard_names_one_incarnation),
+		TBL_TEST(test_garbage_cells),
+		TBL_TEST(test_retired_key_reinserted),
+		TBL_TEST(test_free_agent_slots_skipped),
 		TBL_TEST(test_pinned_entry_keeps_its_bucket),
 	};
 
