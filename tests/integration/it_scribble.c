@@ -77,7 +77,7 @@ static void still_moves(struct it *t, const char *req)
 static void test_stray_writes_fault_in_the_worker(void **state)
 {
 	static const int targets[] = { -1, PD_REGION_RECV_POOL, PD_REGION_RECV_ARENA,
-				       PD_REGION_STATS };
+				       PD_REGION_RECV_INDEX, PD_REGION_STATS };
 	struct it *t = it_start(8, 16);
 	uint64_t epoch = it_stat(&t->d, "info.epoch");
 	char req[32];

@@ -110,6 +110,7 @@ struct world {
 	uint8_t tag2m[MAXREQ + 2];    /* request index + 1 by tag */
 	uint8_t slot_owner[MAXSLOTS]; /* request index + 1 of a granted, unwritten slot */
 	char pins[NPINS][24];
+	_Atomic uint64_t cells[NPINS]; /* the decode agent's journal: cell i holds pin i */
 	struct mreq m[MAXREQ];
 	struct mbatch b[MAXSEQ];
 	struct pd_rx_stats sum;

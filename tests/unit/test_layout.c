@@ -178,13 +178,13 @@ static void test_pin_journal_geometry(void **state)
 		    f->o.max_agents * (f->agent.sq_bytes + f->agent.cq_bytes);
 	first = (uintptr_t)pd_layout_pins(&f->agent, 0);
 	for (uint32_t id = 0; id < f->o.max_agents; id++) {
-		_Atomic uint32_t *j = pd_layout_pins(&f->agent, id);
+		_Atomic uint64_t *j = pd_layout_pins(&f->agent, id);
 		uintptr_t p = (uintptr_t)j;
 
 		assert_non_null(j);
-		assert_true(p >= rings_end && p + (size_t)n * 4 <= end);
-		assert_int_equal(p % 4, 0);
-		assert_true(p == first + (size_t)id * n * 4); /* back to back: disjoint */
+		assert_true(p >= rings_end && p + (size_t)n * 8 <= end);
+		assert_int_equal(p % 8, 0);
+		assert_true(p == first + (size_t)id * n * 8); /* back to back: disjoint */
 		for (uint32_t i = 0; i < n; i++)
 			assert_int_equal(atomic_load(&j[i]), 0);
 	}
@@ -198,52 +198,54 @@ static void test_pin_journal_geometry(void **state)
 
 static int pin_key(struct pd_shm *s, const char *key, uint32_t id, uint32_t cell)
 {
-	return pd_index_pin_rec(&s->index, key, (uint32_t)strlen(key), NULL,
-				&pd_layout_pins(s, id)[cell]);
-}
-
-static uint32_t refcount(struct pd_shm *s, const char *key)
-{
 	struct pd_index_val v;
 
-	assert_int_equal(pd_index_lookup(&s->index, key, (uint32_t)strlen(key), &v), 0);
-	return v.refcount;
+	return pd_index_pin(&s->index, key, (uint32_t)strlen(key), &v,
+			    &pd_layout_pins(s, id)[cell]);
 }
 
-/* The broker empties a gone agent's journal: each recorded pin dropped
- * once, the others' pins kept, corrupt records cleared and not counted. */
+static int remove_key(struct pd_shm *s, const char *key)
+{
+	return pd_index_remove(&s->index, key, (uint32_t)strlen(key));
+}
+
+/* The broker's removals see the agents' hazards through the layout; it
+ * empties a gone agent's journal (garbage included, counted), which frees
+ * what only that agent held and keeps what another agent holds. */
 static void test_pins_reclaim(void **state)
 {
 	struct fx *f = *state;
 	struct pd_index_val v = { .slot = 1, .state = PD_INDEX_COMMITTED };
-	_Atomic uint32_t *j1;
+	_Atomic uint64_t *j1;
 	uint32_t n = 99;
 
 	create_ok(f);
 	assert_int_equal(attach(f), 0);
 	assert_int_equal(pd_index_insert(&f->broker.index, "a", 1, &v), 0);
 	assert_int_equal(pd_index_insert(&f->broker.index, "b", 1, &v), 0);
-	assert_int_equal(pin_key(&f->agent, "a", 1, 0), 1);
-	assert_int_equal(pin_key(&f->agent, "b", 1, 7), 1);
-	assert_int_equal(pin_key(&f->agent, "a", 2, 0), 2); /* another agent */
+	f->broker.agents->slot[1].state = PD_AGENT_ATTACHED;
+	f->broker.agents->slot[2].state = PD_AGENT_ATTACHED;
+	assert_int_equal(pin_key(&f->agent, "a", 1, 0), 0);
+	assert_int_equal(pin_key(&f->agent, "b", 1, 7), 0);
+	assert_int_equal(pin_key(&f->agent, "a", 2, 0), 0); /* another agent */
 	j1 = pd_layout_pins(&f->agent, 1);
-	atomic_store(&j1[8], f->broker.index.mask + 2); /* out of range */
-	atomic_store(&j1[9], atomic_load(&j1[0]) ^ 1);  /* not a pinned entry */
+	atomic_store(&j1[8], PD_INDEX_HAZARD(f->broker.index.mask + 2, 0)); /* out of range */
+	atomic_store(&j1[9], atomic_load(&j1[0]) ^ (1ull << 33));          /* a wrong seq */
+	assert_int_equal(remove_key(&f->broker, "a"), -EBUSY);
+	assert_int_equal(remove_key(&f->broker, "b"), -EBUSY);
 	assert_int_equal(pd_layout_pins_reclaim(&f->broker, 1, &n), 0);
-	assert_int_equal(n, 2);
+	assert_int_equal(n, 4);
 	for (uint32_t i = 0; i < pd_layout_pins_count(&f->agent); i++)
 		assert_int_equal(atomic_load(&j1[i]), 0);
-	assert_int_equal(refcount(&f->broker, "a"), 1);
-	assert_int_equal(refcount(&f->broker, "b"), 0);
-	/* The agent, late, drops nothing more; a second pass finds nothing. */
-	assert_int_equal(pd_index_unpin_rec(&f->agent.index, "b", 1, &j1[7]), -ESTALE);
+	assert_int_equal(remove_key(&f->broker, "b"), 0);
+	assert_int_equal(remove_key(&f->broker, "a"), -EBUSY); /* agent 2 holds it */
 	assert_int_equal(pd_layout_pins_reclaim(&f->broker, 1, &n), 0);
 	assert_int_equal(n, 0);
-	assert_int_equal(refcount(&f->broker, "a"), 1);
 	assert_int_equal(pd_layout_pins_reclaim(&f->broker, f->o.max_agents, &n), -EINVAL);
 	assert_int_equal(pd_layout_pins_reclaim(NULL, 0, NULL), -EINVAL);
-	assert_int_equal(pd_layout_pins_reclaim(&f->broker, 2, NULL), 0);
-	assert_int_equal(refcount(&f->broker, "a"), 0);
+	/* A free agent slot's journal is not scanned. */
+	f->broker.agents->slot[2].state = PD_AGENT_FREE;
+	assert_int_equal(remove_key(&f->broker, "a"), 0);
 }
 
 static void test_rings_out_of_range(void **state)
@@ -276,8 +278,10 @@ static void test_attacher_shares_pools_index_and_rings(void **state)
 	assert_int_equal(((uint8_t *)pd_pool_data(&f->broker.send, r[1]))[4095], 0xab);
 	assert_int_equal(pd_pool_nfree(&f->broker.send), 6);
 	assert_int_equal(pd_index_insert(&f->broker.index, "key", 3, &v), 0);
-	assert_int_equal(pd_index_lookup(&f->agent.index, "key", 3, &v), 0);
+	assert_int_equal(pd_index_pin(&f->agent.index, "key", 3, &v, pd_layout_pins(&f->agent, 1)),
+			 0);
 	assert_int_equal(v.slot, 2);
+	assert_int_equal(pd_index_unpin(pd_layout_pins(&f->agent, 1), v.hazard), 0);
 	assert_int_equal(pd_layout_rings(&f->agent, 1, &asq, &acq), 0);
 	assert_int_equal(pd_layout_rings(&f->broker, 1, &bsq, &bcq), 0);
 	assert_int_equal(pd_ring_enqueue_bulk_sp(&asq, &in, 1), 1);

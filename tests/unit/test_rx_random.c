@@ -508,7 +508,7 @@ static void ev_pin(void)
 		return;
 	len = key_str(m, m->ch[c].code, k);
 	if (pd_index_lookup(&W->index, k, len, &v) == 0 && v.state == PD_INDEX_COMMITTED) {
-		EXPECT(pd_index_pin(&W->index, k, len, NULL) >= 1, "pin %s", k);
+		EXPECT(pd_index_pin(&W->index, k, len, &v, &W->cells[W->npins]) == 0, "pin %s", k);
 		memcpy(W->pins[W->npins++], k, sizeof(k));
 		TRACE("%u: decode pin %s\n", W->step, k);
 	}
@@ -518,9 +518,10 @@ static void unpin(uint32_t i)
 {
 	W->what = "decode unpin";
 	TRACE("%u: decode unpin %s\n", W->step, W->pins[i]);
-	EXPECT(pd_index_unpin(&W->index, W->pins[i], (uint32_t)strlen(W->pins[i])) >= 0,
-	       "unpin %s", W->pins[i]);
+	EXPECT(pd_index_unpin(&W->cells[i], atomic_load(&W->cells[i])) == 0, "unpin %s",
+	       W->pins[i]);
 	memcpy(W->pins[i], W->pins[--W->npins], sizeof(W->pins[i]));
+	atomic_store(&W->cells[i], atomic_exchange(&W->cells[W->npins], 0));
 }
 
 /* ---- driving ------------------------------------------------------------------------ */
@@ -665,6 +666,9 @@ static void setup_seed(uint32_t seed)
 	assert_int_equal(pd_pool_open(&W->pool, W->pool_mem, W->pool_len, NULL, 0), 0);
 	assert_int_equal(pd_index_init(W->index_mem, W->index_len, NBUCKETS, 64, seed), 0);
 	assert_int_equal(pd_index_open(&W->index, W->index_mem, W->index_len), 0);
+	pd_index_set_journals(&W->index, &(struct pd_index_journals){ .cells = W->cells,
+								       .njournals = 1,
+								       .ncells = NPINS });
 	o.max_requests = W->max_requests;
 	o.admission_timeout_ns = W->adm_ns;
 	o.ttl_ns = W->ttl_ns;
