@@ -101,7 +101,7 @@ uint64_t pd_agents_fenced(const struct pd_agents *ag);
 /* Attached agents (gauge). */
 uint32_t pd_agents_count(const struct pd_agents *ag);
 
-/* Recv index pins dropped from the journals of agents that went away
+/* Recv pins (non-empty journal cells) emptied for agents that went away
  * (counter; see pd_layout_pins_reclaim()). */
 uint64_t pd_agents_pins_reclaimed(const struct pd_agents *ag);
 

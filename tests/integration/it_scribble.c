@@ -2,7 +2,7 @@
 /*
  * A worker's stray writes cost that worker, never the node: an attached
  * agent's process writing into what only the broker writes (the segment
- * header, the recv pool, the recv arena, the statistics) faults at once
+ * header, the recv pool, arena and index, the statistics) faults at once
  * (SIGSEGV in that process); the broker stays up, its header unchanged,
  * and the other agents' requests complete, every byte verified.
  *

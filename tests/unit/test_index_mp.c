@@ -3,7 +3,9 @@
  * pd_index.c under load and across processes: a 100k-operation churn
  * checked against a model, placement under different seeds, and two
  * processes sharing one table (a child inserting, a child killed while it
- * holds the mutex, a child killed in the middle of an insert).
+ * holds the mutex, a child killed in the middle of an insert), and
+ * readers pinning by hazard in other processes while the broker removes
+ * and reinserts keys in the same buckets.
  *
  * None of these is a negative-argument test; those, with the rest of the
  * single-process semantics, are in test_index.c. Both files share the
@@ -394,6 +396,186 @@ static void test_fork_killed_mid_insert(void **state)
 	check_invariants(ix);
 }
 
+/* ---- hazards against removal and reuse, across processes ----------------------- */
+
+#define RACE_KEYS    6u    /* sharing one home bucket */
+#define RACE_SLOTS   8u    /* "recv pool" slots the keys' chunks live in */
+#define RACE_READERS 2u
+#define RACE_MS      1500u
+#define RACE_HOLD    64u   /* payload re-reads while a pin is held */
+#define RACE_DEAD    0xdeadu
+
+struct race {
+	struct {
+		_Atomic uint32_t key, gen; /* the chunk a slot holds; RACE_DEAD: freed */
+	} payload[RACE_SLOTS];
+	_Atomic uint32_t stop;
+	_Atomic uint64_t pins, bad;
+	uint32_t ids[RACE_KEYS];
+};
+
+struct race_arg {
+	struct tbl *t;
+	struct race *r;
+	uint32_t reader;
+};
+
+/* One pin held and checked: its values and its slot's bytes are key id's. */
+static void race_check(struct race *r, uint32_t id, const struct pd_index_val *v)
+{
+	uint32_t bad = v->req != id || v->len != id * 7 + 1 || v->slot >= RACE_SLOTS;
+
+	for (uint32_t n = 0; !bad && n < RACE_HOLD; n++)
+		bad = atomic_load(&r->payload[v->slot].key) != id ||
+		      atomic_load(&r->payload[v->slot].gen) != v->gen;
+	atomic_fetch_add(&r->bad, bad);
+	atomic_fetch_add(&r->pins, 1);
+}
+
+/* Child: pin, check and unpin random keys with one cell of its journal. */
+static int child_race_reader(void *arg)
+{
+	struct race_arg *a = arg;
+	_Atomic uint64_t *cell = tbl_cell(a->t, a->reader, 0);
+	uint64_t rng = 0x51ed2701u + a->reader;
+	struct pd_index_val v;
+
+	while (!atomic_load(&a->r->stop)) {
+		uint32_t id = a->r->ids[rng_next(&rng) % RACE_KEYS];
+		char key[KEY_BUF];
+
+		if (pd_index_pin(&a->t->ix, key, make_key(id, key), &v, cell) != 0)
+			continue;
+		race_check(a->r, id, &v);
+		if (pd_index_unpin(cell, v.hazard) != 0)
+			return 40;
+	}
+	return 0;
+}
+
+/* The broker's side: each key's chunk (slot, gen), or slot RACE_SLOTS. */
+struct race_broker {
+	struct pd_index_val cur[RACE_KEYS];
+	struct pd_index_val zombie[RACE_SLOTS];
+	uint32_t zkey[RACE_SLOTS], nzombies;
+	uint32_t free_slots[RACE_SLOTS], nfree, gen;
+};
+
+static void race_free_slot(struct race *r, struct race_broker *b, uint32_t slot)
+{
+	atomic_store(&r->payload[slot].key, RACE_DEAD); /* the slot is reused: its bytes change */
+	atomic_store(&r->payload[slot].gen, 0);
+	b->free_slots[b->nfree++] = slot;
+}
+
+/* Remove chunk v of key k: freed, or kept as a zombie while a hazard names it. */
+static void race_remove(struct pd_index *ix, struct race *r, struct race_broker *b, uint32_t k,
+			const struct pd_index_val *v)
+{
+	int rc = key_remove_chunk(ix, r->ids[k], v);
+
+	if (rc == 0) {
+		race_free_slot(r, b, v->slot);
+	} else {
+		assert_int_equal(rc, -EBUSY);
+		b->zkey[b->nzombies] = k;
+		b->zombie[b->nzombies++] = *v;
+	}
+}
+
+static void race_reap(struct pd_index *ix, struct race *r, struct race_broker *b)
+{
+	for (uint32_t z = 0; z < b->nzombies;) {
+		int rc = key_remove_chunk(ix, r->ids[b->zkey[z]], &b->zombie[z]);
+
+		if (rc == -EBUSY) {
+			z++;
+			continue;
+		}
+		assert_int_equal(rc, 0);
+		race_free_slot(r, b, b->zombie[z].slot);
+		b->zombie[z] = b->zombie[--b->nzombies];
+		b->zkey[z] = b->zkey[b->nzombies];
+	}
+}
+
+/* Give key k a chunk in a free slot: bytes first, then the index entry. */
+static void race_insert(struct pd_index *ix, struct race *r, struct race_broker *b, uint32_t k)
+{
+	uint32_t id = r->ids[k], slot;
+	struct pd_index_val v;
+	char key[KEY_BUF];
+
+	if (b->nfree == 0)
+		return;
+	slot = b->free_slots[--b->nfree];
+	v = (struct pd_index_val){ .req = id, .slot = slot, .gen = ++b->gen, .len = id * 7 + 1,
+				   .state = PD_INDEX_COMMITTED };
+	atomic_store(&r->payload[slot].key, id);
+	atomic_store(&r->payload[slot].gen, v.gen);
+	assert_int_equal(pd_index_insert(ix, key, make_key(id, key), &v), 0);
+	b->cur[k] = v;
+}
+
+static void race_step(struct pd_index *ix, struct race *r, struct race_broker *b, uint32_t k)
+{
+	if (b->cur[k].slot < RACE_SLOTS) {
+		race_remove(ix, r, b, k, &b->cur[k]);
+		b->cur[k].slot = RACE_SLOTS;
+	} else {
+		race_insert(ix, r, b, k);
+	}
+	race_reap(ix, r, b);
+}
+
+/*
+ * Readers in other processes pin, check and unpin keys sharing one home
+ * bucket while the broker removes them and puts them back in the same
+ * buckets, reusing the freed slots (new bytes) at once. No reader may ever
+ * see values or bytes that are not its key's chunk: a slot is reused only
+ * once no hazard names its entry.
+ */
+static void test_fork_hazards_race_removal(void **state)
+{
+	struct tbl *t = *state;
+	struct pd_index *ix = tbl_make(t, 64, 16, 0x4a2d);
+	struct race *r = pd_test_shared_alloc(sizeof(*r));
+	struct race_broker b = { .nfree = 0 };
+	struct race_arg args[RACE_READERS];
+	pid_t pid[RACE_READERS];
+	uint64_t end = pd_now_ns() + (uint64_t)RACE_MS * 1000000u, steps = 0;
+	char key[KEY_BUF];
+
+	assert_non_null(r);
+	r->ids[0] = 0;
+	for (uint32_t k = 1; k < RACE_KEYS; k++)
+		r->ids[k] = id_with_home(ix, r->ids[k - 1] + 1, key_home(ix, key, make_key(0, key)));
+	for (uint32_t s = 0; s < RACE_SLOTS; s++)
+		race_free_slot(r, &b, s);
+	for (uint32_t k = 0; k < RACE_KEYS; k++)
+		b.cur[k].slot = RACE_SLOTS;
+	for (uint32_t i = 0; i < RACE_READERS; i++) {
+		args[i] = (struct race_arg){ .t = t, .r = r, .reader = i };
+		pid[i] = pd_test_fork(child_race_reader, &args[i]);
+		assert_true(pid[i] > 0);
+	}
+	for (uint64_t rng = 7; pd_now_ns() < end; steps++)
+		race_step(ix, r, &b, (uint32_t)(rng_next(&rng) % RACE_KEYS));
+	atomic_store(&r->stop, 1);
+	for (uint32_t i = 0; i < RACE_READERS; i++)
+		assert_int_equal(pd_test_wait(pid[i], WAIT_MS), 0);
+	print_message("race: %llu broker steps, %llu pins, %llu refused removals\n",
+		      (unsigned long long)steps, (unsigned long long)atomic_load(&r->pins),
+		      (unsigned long long)pd_stat_get(&ix->shm->stats.busy));
+	assert_int_equal(atomic_load(&r->bad), 0);
+	assert_true(atomic_load(&r->pins) > 1000);
+	assert_true(pd_stat_get(&ix->shm->stats.busy) > 0); /* hazards did hold removals */
+	race_reap(ix, r, &b);
+	assert_int_equal(b.nzombies, 0);
+	check_invariants(ix);
+	pd_test_shared_free(r, sizeof(*r));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -402,6 +584,7 @@ int main(void)
 		TBL_TEST(test_fork_child_inserts),
 		TBL_TEST(test_fork_holder_killed),
 		TBL_TEST(test_fork_killed_mid_insert),
+		TBL_TEST(test_fork_hazards_race_removal),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
