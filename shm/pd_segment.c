@@ -94,20 +94,45 @@ static int32_t holder_pid(int fd, const struct pd_shm_hdr *h)
 	return pid > 0 ? pid : h->broker_pid;
 }
 
+int pd_segment_open_rdonly(const char *name)
+{
+	char path[PATH_MAX_LEN];
+	int fd, rc = pd_segment_path(name, path, sizeof(path));
+
+	if (rc < 0)
+		return rc;
+	fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
+	return fd < 0 ? -errno : fd;
+}
+
+int pd_segment_same_file(int a, int b)
+{
+	struct stat sa, sb;
+
+	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+	       sa.st_ino == sb.st_ino;
+}
+
+int pd_segment_is_named(const char *name, int fd)
+{
+	int nfd = pd_segment_open_rdonly(name), same;
+
+	if (nfd < 0)
+		return 0;
+	same = pd_segment_same_file(nfd, fd);
+	(void)close(nfd);
+	return same;
+}
+
 /* Liveness is the broker's lock on the file (pd_segment_lock.c), never the
  * header's broker_pid: any process that maps the segment can write that. */
 int pd_segment_probe(const char *name, int32_t *pid)
 {
-	char path[PATH_MAX_LEN];
 	struct pd_shm_hdr h;
-	int fd, rc;
+	int fd = pd_segment_open_rdonly(name), rc;
 
-	rc = pd_segment_path(name, path, sizeof(path));
-	if (rc < 0)
-		return rc;
-	fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	/* The header first: a broker locks its file before it writes the magic,
 	 * so a magic seen here means the lock was taken. */
 	rc = read_hdr(fd, &h);
@@ -132,20 +157,6 @@ int pd_segment_unlink(const char *name)
 	return pd_sys_rc(shm_unlink(path));
 }
 
-/* 1 when name still refers to the file behind fd. */
-static int still_named(const char *path, int fd)
-{
-	struct stat a, b;
-	int nfd = shm_open(path, O_RDONLY | O_CLOEXEC, 0), same;
-
-	if (nfd < 0)
-		return 0;
-	same = fstat(nfd, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
-	       a.st_ino == b.st_ino;
-	(void)close(nfd);
-	return same;
-}
-
 /*
  * The name is taken: remove it if its broker is dead, else refuse. Dead
  * means nobody holds the file's lock; the file is removed while we hold
@@ -154,16 +165,11 @@ static int still_named(const char *path, int fd)
  */
 static int reclaim_stale(const char *name, char *err, size_t errlen)
 {
-	char path[PATH_MAX_LEN];
 	struct pd_shm_hdr h;
-	int fd, rc;
+	int fd = pd_segment_open_rdonly(name), rc;
 
-	rc = pd_segment_path(name, path, sizeof(path));
-	if (rc < 0)
-		return rc;
-	fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno; /* vanished meanwhile: retry */
+		return fd == -ENOENT ? 0 : fd; /* vanished meanwhile: retry */
 	rc = read_hdr(fd, &h);
 	if (rc < 0) {
 		(void)close(fd);
@@ -179,7 +185,7 @@ static int reclaim_stale(const char *name, char *err, size_t errlen)
 		(void)close(fd);
 		return -EEXIST;
 	}
-	if (rc == 0 && still_named(path, fd)) {
+	if (rc == 0 && pd_segment_is_named(name, fd)) {
 		PD_LOG(WARN, shm, "removing stale segment of dead broker '%s' (pid %d)", name,
 		       h.broker_pid);
 		rc = pd_segment_unlink(name);

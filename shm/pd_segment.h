@@ -42,6 +42,13 @@ struct pd_segment_opts {
 
 /* "/pdkv.<name>" into buf; -EINVAL for a bad name or small buffer. */
 int pd_segment_path(const char *name, char *buf, size_t len);
+/* The segment file of name opened read-only (a description of its own),
+ * or -errno. */
+int pd_segment_open_rdonly(const char *name);
+/* 1 when fds a and b are one file. */
+int pd_segment_same_file(int a, int b);
+/* 1 when name still refers to the file behind fd (not a successor's). */
+int pd_segment_is_named(const char *name, int fd);
 
 /**
  * Create the segment, pre-faulted, header filled, state INITIALIZING, and

@@ -197,31 +197,13 @@ void *pd_segment_region(const struct pd_segment *s, uint32_t id, size_t *len)
 	return r->len ? (uint8_t *)s->base + r->off : NULL;
 }
 
-/* 1 when the name still refers to the file behind fd (not a successor's). */
-static int name_is_ours(const char *name, int fd)
-{
-	char path[sizeof(PD_SHM_PREFIX) + PD_SHM_NAME_MAX];
-	struct stat a, b;
-	int nfd, same;
-
-	if (pd_segment_path(name, path, sizeof(path)) < 0)
-		return 0;
-	nfd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
-	if (nfd < 0)
-		return 0;
-	same = fstat(nfd, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
-	       a.st_ino == b.st_ino;
-	(void)close(nfd);
-	return same;
-}
-
 void pd_segment_destroy(struct pd_segment *s)
 {
 	if (!s || !s->base)
 		return;
 	if (s->owner) {
 		pd_segment_set_state(s, PD_SHM_DEAD);
-		if (name_is_ours(s->name, s->fd))
+		if (pd_segment_is_named(s->name, s->fd))
 			(void)pd_segment_unlink(s->name);
 		if (s->lock_fd >= 0) /* after the unlink: never a dead-looking name */
 			(void)close(s->lock_fd);

@@ -30,27 +30,14 @@ static void nap(void)
 	(void)nanosleep(&(struct timespec){ 0, LOCK_NAP_NS }, NULL);
 }
 
-static int same_file(int a, int b)
-{
-	struct stat sa, sb;
-
-	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-	       sa.st_ino == sb.st_ino;
-}
-
 int pd_seglock_take(const char *name, int seg_fd)
 {
-	char path[sizeof(PD_SHM_PREFIX) + PD_SHM_NAME_MAX];
-	int fd, rc;
-
-	rc = pd_segment_path(name, path, sizeof(path));
-	if (rc < 0)
-		return rc;
 	/* A description of our own: flock belongs to it, not to the fd passed on. */
-	fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
+	int fd = pd_segment_open_rdonly(name), rc = 0;
+
 	if (fd < 0)
-		return -errno;
-	if (!same_file(fd, seg_fd)) {
+		return fd;
+	if (!pd_segment_same_file(fd, seg_fd)) {
 		(void)close(fd);
 		return -ESTALE; /* the name moved between the create and this open */
 	}

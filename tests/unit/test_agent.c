@@ -581,18 +581,30 @@ static void test_broker_death_wakes_an_admission_wait(void **state)
 	pd_agent_detach(a);
 }
 
-static int agent_dies_holding(void *arg)
+/* A child's agent: attached, request req declared with n chunks, n slots
+ * loaned into r. NULL on failure. */
+static struct pd_agent *child_loans(struct fx *f, const char *req, uint32_t n, pd_slot_ref *r)
 {
-	struct fx *f = arg;
 	struct pd_agent_opts o;
 	struct pd_agent *a;
-	pd_slot_ref r[3];
 
 	pd_agent_opts_init(&o, sizeof(o));
 	o.broker = f->name;
 	o.rundir = f->dir;
-	if (pd_agent_attach(&o, &a) < 0 || declare(a, "d", 3) < 0 ||
-	    pd_alloc(a, "d", 3, r, 1000) < 0)
+	if (pd_agent_attach(&o, &a) < 0)
+		return NULL;
+	if (declare(a, req, n) < 0 || pd_alloc(a, req, n, r, 1000) < 0) {
+		pd_agent_detach(a);
+		return NULL;
+	}
+	return a;
+}
+
+static int agent_dies_holding(void *arg)
+{
+	pd_slot_ref r[3];
+
+	if (!child_loans(arg, "d", 3, r))
 		return 1;
 	(void)raise(SIGKILL);
 	return 2;
@@ -616,17 +628,12 @@ static void test_dead_agent_slots_come_back(void **state)
 /* Child: loan two slots, then submit what the API never would. */
 static int agent_sends_garbage(void *arg)
 {
-	struct fx *f = arg;
-	struct pd_agent_opts o;
 	struct pd_sqe e = { .op = 99 };
 	struct pd_agent *a;
 	pd_slot_ref r[2];
 
-	pd_agent_opts_init(&o, sizeof(o));
-	o.broker = f->name;
-	o.rundir = f->dir;
-	if (pd_agent_attach(&o, &a) < 0 || declare(a, "g", 2) < 0 ||
-	    pd_alloc(a, "g", 2, r, 1000) < 0 || pd_ag_submit(a, &e, 1) < 0)
+	a = child_loans(arg, "g", 2, r);
+	if (!a || pd_ag_submit(a, &e, 1) < 0)
 		return 1;
 	(void)pause(); /* until the broker fences it */
 	return 2;

@@ -26,6 +26,21 @@ static void expect_stale(struct fx *f, const pd_slot_ref *refs, uint32_t n)
 	assert_int_equal(STAT(f, frees), frees);
 }
 
+/* Waiter entries 0..n-1 of owner 99 (this process) for k slots each, last
+ * seen at seen_ns. */
+static void put_waiters(struct fx *f, uint32_t n, uint32_t k, uint64_t seen_ns)
+{
+	struct pd_pool_shm *s = f->p.shm;
+
+	assert_true(pd_pool_lock(&f->p, 1, pd_deadline_ms(1000)) >= 0);
+	for (uint32_t i = 0; i < n; i++)
+		s->waiters[i] = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .owner = 99,
+							 .pid = (int32_t)getpid(), .n = k,
+							 .seen_ns = seen_ns };
+	s->nwaiters = n;
+	pd_pool_unlock(&f->p);
+}
+
 /* ---- negative --------------------------------------------------------------- */
 
 static void test_sizes_negative(void **state)
@@ -229,18 +244,11 @@ static void test_free_negative(void **state)
 static void test_waiters_full(void **state)
 {
 	struct fx *f = *state;
-	struct pd_pool_shm *s = f->p.shm;
 	struct pd_pool_who who = who_of(1, 1);
 	pd_slot_ref r;
 	uint64_t t0;
 
-	assert_true(pd_pool_lock(&f->p, 1, pd_deadline_ms(1000)) >= 0);
-	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++)
-		s->waiters[i] = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .owner = 99,
-							 .pid = (int32_t)getpid(), .n = 1,
-							 .seen_ns = pd_now_ns() }; /* running */
-	s->nwaiters = PD_POOL_MAX_WAITERS;
-	pd_pool_unlock(&f->p);
+	put_waiters(f, PD_POOL_MAX_WAITERS, 1, pd_now_ns()); /* running */
 	t0 = pd_now_ns();
 	assert_int_equal(pd_pool_alloc(&f->p, &who, 1, pd_deadline_ms(5000), &r), -EAGAIN);
 	assert_true(pd_now_ns() - t0 < PD_NS_PER_S);
@@ -257,17 +265,11 @@ static void test_waiters_full(void **state)
 static void test_waiter_from_the_future_passed_over(void **state)
 {
 	struct fx *f = *state;
-	struct pd_pool_shm *s = f->p.shm;
 	struct pd_pool_who who = who_of(1, 1);
 	pd_slot_ref r;
 	uint64_t t0;
 
-	assert_true(pd_pool_lock(&f->p, 1, pd_deadline_ms(1000)) >= 0);
-	s->waiters[0] = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .owner = 99,
-						 .pid = (int32_t)getpid(), .n = f->nslots,
-						 .seen_ns = pd_now_ns() + 3600 * PD_NS_PER_S };
-	s->nwaiters = 1;
-	pd_pool_unlock(&f->p);
+	put_waiters(f, 1, f->nslots, pd_now_ns() + 3600 * PD_NS_PER_S);
 	t0 = pd_now_ns();
 	assert_int_equal(pd_pool_alloc(&f->p, &who, 1, pd_deadline_ms(5000), &r), 0);
 	assert_true(pd_now_ns() - t0 < PD_NS_PER_S);
