@@ -340,7 +340,7 @@ static int wait_slice(struct pd_pool *p, uint64_t deadline_ns)
 				    slice < deadline_ns ? slice : deadline_ns, repair, p);
 
 	if (rc == -ENOTRECOVERABLE) /* lost to an unusable mutex: wait for its reset */
-		rc = pd_pool_lock(p, PD_POOL_OWNER_NONE, deadline_ns) < 0 ? -ENOTRECOVERABLE : 0;
+		rc = pd_pool_lock(p, PD_POOL_OWNER_NONE, deadline_ns) < 0 ? -ENOLCK : 0;
 	if (rc == -ETIMEDOUT && slice < deadline_ns)
 		return 0;
 	return rc > 0 ? 0 : rc;
@@ -443,8 +443,8 @@ int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 		rc = -ENOBUFS;
 	} else {
 		rc = wait_and_take(p, who, n, deadline_ns, out);
-		if (pd_sync_lost(rc))
-			return rc;
+		if (pd_sync_lost(rc)) /* not had back by the deadline: it is one */
+			return pd_now_ns() >= deadline_ns ? -ETIMEDOUT : rc;
 	}
 	pd_pool_unlock(p);
 	return rc;
