@@ -90,6 +90,11 @@ static const struct field metrics_fields[] = { /* --metrics-listen */
 	F(pd_metrics_stats, conns, G),
 };
 
+static const struct field agents_fields[] = {
+	F(pd_agents_stats, pins_reclaimed, C), F(pd_agents_stats, pending_evicted, C),
+	F(pd_agents_stats, hello_timeouts, C), F(pd_agents_stats, pending, G),
+};
+
 #undef F
 
 /* The header's counters (PD_STAT_*), under the names pdctl shows. */
@@ -155,12 +160,15 @@ static void put_xports(struct pub *p, const struct pd_broker *b)
 		pd_stats_set(p->s, p->n++, names[i], C, v[i]);
 }
 
-/* What the broker keeps about its agents: pins, leases, completion queues. */
+/* What the broker keeps about its agents: the attach socket, pins, leases,
+ * completion queues. */
 static void put_agents(struct pub *p, const struct pd_broker *b)
 {
+	struct pd_agents_stats as;
 	uint64_t queued, dropped;
 
-	pd_stats_set(p->s, p->n++, "agents.pins_reclaimed", C, pd_agents_pins_reclaimed(b->agents));
+	pd_agents_get_stats(b->agents, &as);
+	put_table(p, "agents.", agents_fields, PD_ARRAY_SIZE(agents_fields), &as, 0);
 	pd_stats_set(p->s, p->n++, "agents.fenced", C, pd_agents_fenced(b->agents));
 	pd_agents_cq_stats(b->agents, &queued, &dropped);
 	pd_stats_set(p->s, p->n++, "agents.cq_queued", G, queued);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Agents: attach handshake, liveness, ring draining, completions, doorbells. */
+/* Agents: the table of attached agents, liveness, ring draining, completions,
+ * doorbells. The attach socket and the hello phase are in pd_agents_attach.c. */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -9,55 +10,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pd_agents.h"
-#include "pd_attach.h"
+#include "pd_agents_int.h"
 #include "pd_err.h"
 #include "pd_log.h"
 #include "pd_time.h"
-#include "pd_tree.h"
 
-#define E_FREE     0u
-#define E_HELLO    1u
-#define E_ATTACHED 2u
-#define E_FENCED   3u /* its leases broke: killed, gone when its socket closes */
-
-#define HELLO_TIMEOUT_NS (2ull * PD_NS_PER_S)
 #define OPS_PER_TURN     64u  /* per agent, so that one agent cannot starve others */
 #define MAX_PENDING      4096u
-
-struct pending {
-	STAILQ_ENTRY(pending) link;
-	struct pd_cqe c;
-};
-
-struct ent {
-	struct pd_agents *ag;
-	uint32_t id;                 /* 1-based; slot id - 1 in the table */
-	uint32_t state;
-	int fd;
-	int bell;                    /* the broker rings it: completions ready */
-	struct pd_attach_conn conn;
-	struct pd_ring_view sq, cq;
-	STAILQ_HEAD(, pending) pend;
-	uint32_t npend;
-	int32_t pid;                 /* from SO_PEERCRED at hello */
-};
-
-struct pd_agents {
-	struct pd_agents_opts o;
-	char path[108];
-	int lfd;
-	int bell;                    /* agents ring it: submissions ready */
-	uint32_t nattached;
-	uint32_t max;
-	struct pd_sqe *buf;          /* one PUT: header + PD_RX_MAX_BATCH chunks */
-	uint64_t pins_reclaimed;     /* recv index pins dropped from agents' journals */
-	uint64_t fenced;             /* agents fenced (pd_agents_fence()) */
-	uint64_t cq_dropped;         /* completions refused: the agent's queue was full */
-	struct ent ent[PD_MAX_AGENTS];
-};
-
-#define BUF_ENTRIES 4097u
+#define BUF_ENTRIES      4097u
 
 static void ring_bell(int fd)
 {
@@ -94,18 +54,16 @@ static void reclaim_pins(struct pd_agents *ag, uint32_t id)
 	uint32_t n = 0;
 
 	(void)pd_layout_pins_reclaim(ag->o.shm, id - 1, &n);
-	ag->pins_reclaimed += n;
+	ag->st.pins_reclaimed += n;
 	if (n)
 		PD_LOG(INFO, ctl, "agent %u: %u recv pins reclaimed", id, n);
 }
 
-static void detach(struct ent *e, int notify)
+/* e's socket, doorbell and queued completions go; the slot is free again. */
+static void release(struct ent *e)
 {
 	struct pd_agents *ag = e->ag;
-	uint32_t was = e->state;
 
-	if (was == E_FREE)
-		return;
 	pd_loop_del(ag->o.loop, e->fd);
 	(void)close(e->fd);
 	if (e->bell >= 0)
@@ -113,10 +71,17 @@ static void detach(struct ent *e, int notify)
 	e->fd = e->bell = -1;
 	drop_pending(e);
 	e->state = E_FREE;
-	if (was != E_ATTACHED && was != E_FENCED)
-		return;
 	atomic_store_explicit(&ag->o.shm->agents->slot[e->id - 1].state, PD_AGENT_FREE,
 			      memory_order_release);
+}
+
+static void detach(struct ent *e, int notify)
+{
+	struct pd_agents *ag = e->ag;
+
+	if (e->state != E_ATTACHED && e->state != E_FENCED)
+		return;
+	release(e);
 	reclaim_pins(ag, e->id); /* before on_detach: its chunks may be freed now */
 	ag->nattached--;
 	PD_LOG(INFO, ctl, "agent %u detached", e->id);
@@ -191,32 +156,16 @@ uint32_t pd_agents_count(const struct pd_agents *ag)
 	return ag ? ag->nattached : 0;
 }
 
-uint64_t pd_agents_pins_reclaimed(const struct pd_agents *ag)
+void pd_agents_get_stats(const struct pd_agents *ag, struct pd_agents_stats *out)
 {
-	return ag ? ag->pins_reclaimed : 0;
+	*out = (struct pd_agents_stats){ 0 };
+	if (!ag)
+		return;
+	*out = ag->st;
+	out->pending = ag->nhello;
 }
 
-/* ---- attach handshake --------------------------------------------------------------- */
-
-static void refuse(int fd, int32_t status)
-{
-	struct pd_attach_ack ack;
-
-	pd_attach_ack_init(&ack, status);
-	(void)pd_attach_send_ack(fd, &ack, NULL);
-}
-
-static int hello_ok(struct ent *e, const struct pd_attach_hello *h, struct ucred *cred)
-{
-	struct pd_agents *ag = e->ag;
-
-	if (h->abi_major != PD_SHM_ABI_MAJOR)
-		return -EPROTO;
-	if (pd_attach_peer_cred(e->fd, cred) < 0 ||
-	    !pd_attach_cred_ok(cred, geteuid(), ag->o.group))
-		return -EACCES;
-	return 0;
-}
+/* ---- admitting ---------------------------------------------------------------------- */
 
 static void fill_slot(struct ent *e, const struct pd_attach_hello *h, const struct ucred *cred)
 {
@@ -232,7 +181,8 @@ static void fill_slot(struct ent *e, const struct pd_attach_hello *h, const stru
 }
 
 /* Rings reset, doorbell made, ack with the fds sent. */
-static int admit(struct ent *e, const struct pd_attach_hello *h, const struct ucred *cred)
+static int send_welcome(struct ent *e, const struct pd_attach_hello *h,
+			const struct ucred *cred)
 {
 	struct pd_agents *ag = e->ag;
 	struct pd_attach_ack ack;
@@ -262,33 +212,6 @@ static int admit(struct ent *e, const struct pd_attach_hello *h, const struct uc
 	return pd_attach_send_ack(e->fd, &ack, fds);
 }
 
-static void on_hello(struct ent *e)
-{
-	struct pd_agents *ag = e->ag;
-	struct pd_attach_hello h;
-	struct ucred cred;
-	int rc = pd_attach_conn_read(&e->conn, &h);
-
-	if (rc == -EAGAIN)
-		return;
-	if (rc == 0)
-		rc = hello_ok(e, &h, &cred);
-	if (rc == 0)
-		rc = admit(e, &h, &cred);
-	if (rc < 0) {
-		PD_LOG_RL(WARN, ctl, "attach refused: %s", pd_strerror(rc));
-		if (rc == -EPROTO || rc == -EACCES)
-			refuse(e->fd, rc);
-		detach(e, 0);
-		return;
-	}
-	e->state = E_ATTACHED;
-	e->pid = cred.pid;
-	ag->nattached++;
-	PD_LOG(INFO, ctl, "agent %u attached (pid %d, rank %u)", e->id, cred.pid, h.tp_rank);
-	ag->o.ops->on_attach(ag->o.ctx, e->id, &ag->o.shm->agents->slot[e->id - 1]);
-}
-
 /* After the handshake the socket only tells us the agent is gone. */
 static void on_conn(void *ctx, uint32_t events)
 {
@@ -296,10 +219,6 @@ static void on_conn(void *ctx, uint32_t events)
 	char b[64];
 	ssize_t n;
 
-	if (e->state == E_HELLO) {
-		on_hello(e);
-		return;
-	}
 	n = read(e->fd, b, sizeof(b));
 	if (n == 0 || (n < 0 && errno != EAGAIN) || (events & (EPOLLHUP | EPOLLERR)))
 		detach(e, 1);
@@ -307,36 +226,28 @@ static void on_conn(void *ctx, uint32_t events)
 		detach(e, 1); /* agents send nothing after hello */
 }
 
-static struct ent *free_ent(struct pd_agents *ag)
+int pd_agents_admit(struct ent *e, int fd, const struct pd_attach_hello *h,
+		    const struct ucred *cred)
 {
-	for (uint32_t i = 0; i < ag->max; i++)
-		if (ag->ent[i].state == E_FREE)
-			return &ag->ent[i];
-	return NULL;
-}
+	struct pd_agents *ag = e->ag;
+	int rc = pd_loop_add(ag->o.loop, fd, EPOLLIN | EPOLLRDHUP, on_conn, e);
 
-static void on_accept(void *ctx, uint32_t events)
-{
-	struct pd_agents *ag = ctx;
-	struct ent *e;
-	int fd;
-
-	(void)events;
-	while ((fd = accept4(ag->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-		e = free_ent(ag);
-		if (!e) {
-			refuse(fd, -EBUSY);
-			(void)close(fd);
-			continue;
-		}
-		e->fd = fd;
-		e->state = E_HELLO;
-		pd_attach_conn_init(&e->conn, fd);
-		if (pd_loop_add(ag->o.loop, fd, EPOLLIN | EPOLLRDHUP, on_conn, e) < 0) {
-			(void)close(fd);
-			e->state = E_FREE;
-		}
+	if (rc < 0) {
+		(void)close(fd);
+		return rc;
 	}
+	e->fd = fd;
+	e->pid = cred->pid;
+	rc = send_welcome(e, h, cred);
+	if (rc < 0) {
+		release(e);
+		return rc;
+	}
+	e->state = E_ATTACHED;
+	ag->nattached++;
+	PD_LOG(INFO, ctl, "agent %u attached (pid %d, rank %u)", e->id, cred->pid, h->tp_rank);
+	ag->o.ops->on_attach(ag->o.ctx, e->id, &ag->o.shm->agents->slot[e->id - 1]);
+	return 0;
 }
 
 /* ---- rings --------------------------------------------------------------------------- */
@@ -463,15 +374,12 @@ static void on_bell(void *ctx, uint32_t events)
 
 void pd_agents_tick(struct pd_agents *ag, uint64_t now_ns)
 {
-	for (uint32_t i = 0; ag && i < ag->max; i++) {
-		struct ent *e = &ag->ent[i];
-
-		if (e->state == E_HELLO && pd_attach_conn_expired(&e->conn, now_ns,
-								  HELLO_TIMEOUT_NS))
-			detach(e, 0);
-		else if (e->state == E_ATTACHED && e->npend)
-			flush(e);
-	}
+	if (!ag)
+		return;
+	pd_agents_hello_tick(ag, now_ns);
+	for (uint32_t i = 0; i < ag->max; i++)
+		if (ag->ent[i].state == E_ATTACHED && ag->ent[i].npend)
+			flush(&ag->ent[i]);
 }
 
 /* ---- lifetime ------------------------------------------------------------------------- */
@@ -497,6 +405,8 @@ int pd_agents_create(const struct pd_agents_opts *o, struct pd_agents **out, cha
 		ag->ent[i] = (struct ent){ .ag = ag, .id = i + 1, .fd = -1, .bell = -1 };
 		STAILQ_INIT(&ag->ent[i].pend);
 	}
+	for (uint32_t i = 0; i < PD_AGENTS_HELLO_MAX; i++)
+		ag->hello[i] = (struct hello_conn){ .ag = ag, .conn.fd = -1 };
 	ag->buf = calloc(BUF_ENTRIES, sizeof(*ag->buf));
 	ag->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	rc = !ag->buf ? -ENOMEM : ag->bell < 0 ? -errno : 0;
@@ -504,7 +414,7 @@ int pd_agents_create(const struct pd_agents_opts *o, struct pd_agents **out, cha
 		rc = pd_attach_listen(ag->path, o->mode ? o->mode : 0660, o->group, &ag->lfd, err,
 				      errlen);
 	if (rc == 0)
-		rc = pd_loop_add(o->loop, ag->lfd, EPOLLIN, on_accept, ag);
+		rc = pd_loop_add(o->loop, ag->lfd, EPOLLIN, pd_agents_on_accept, ag);
 	if (rc == 0)
 		rc = pd_loop_add(o->loop, ag->bell, EPOLLIN, on_bell, ag);
 	if (rc < 0) {
@@ -519,6 +429,7 @@ void pd_agents_destroy(struct pd_agents *ag)
 {
 	if (!ag)
 		return;
+	pd_agents_hello_close_all(ag);
 	for (uint32_t i = 0; i < ag->max; i++)
 		detach(&ag->ent[i], 0);
 	if (ag->lfd >= 0) {

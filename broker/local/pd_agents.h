@@ -8,6 +8,13 @@
  * submission ring and filling its completion ring, with the NEED_WAKEUP
  * doorbells so that neither side spins. Control thread only.
  *
+ * Attach: a connection accepted waits for its hello in a table of its own
+ * (PD_AGENTS_HELLO_MAX at once; one more evicts the oldest), each with a
+ * deadline of PD_AGENTS_HELLO_MS, so connections that never say hello
+ * neither take an agent's slot nor hold anyone else's attach up. A valid
+ * hello from a permitted peer takes a free agent slot; with every slot
+ * taken it is refused with -EBUSY.
+ *
  * When an agent goes (socket closed, or kicked), the recv index pins
  * recorded in its pin journal are dropped before on_detach runs; the
  * journal is walked again before the slot's next agent is admitted.
@@ -23,7 +30,18 @@
 #include "pd_layout.h"
 #include "pd_loop.h"
 
+#define PD_AGENTS_HELLO_MAX 64u   /* connections waiting for their hello at once */
+#define PD_AGENTS_HELLO_MS  2000u /* each one's deadline, from its accept */
+
 struct pd_agents;
+
+/* Counters (and the pending gauge) for the statistics region. */
+struct pd_agents_stats {
+	uint64_t pins_reclaimed;     /* recv pins emptied from gone agents' journals */
+	uint64_t pending_evicted;    /* closed before their hello: newer ones filled the table */
+	uint64_t hello_timeouts;     /* closed: no hello within PD_AGENTS_HELLO_MS */
+	uint64_t pending;            /* gauge: connections waiting for their hello */
+};
 
 struct pd_agents_ops {
 	/* Entries dequeued from agent id's submission ring (a PUT header
@@ -101,8 +119,8 @@ uint64_t pd_agents_fenced(const struct pd_agents *ag);
 /* Attached agents (gauge). */
 uint32_t pd_agents_count(const struct pd_agents *ag);
 
-/* Recv pins (non-empty journal cells) emptied for agents that went away
- * (counter; see pd_layout_pins_reclaim()). */
-uint64_t pd_agents_pins_reclaimed(const struct pd_agents *ag);
+/* The counters; pins_reclaimed counts the recv pins (non-empty journal
+ * cells) emptied for agents that went away (see pd_layout_pins_reclaim()). */
+void pd_agents_get_stats(const struct pd_agents *ag, struct pd_agents_stats *out);
 
 #endif
