@@ -39,7 +39,7 @@ void pd_attach_hello_init(struct pd_attach_hello *h, uint32_t roles, uint32_t tp
  *                  the agent's whole life: its closing detaches the agent,
  *                  and its POLLHUP means the broker died.
  * @param err       optional message buffer (may be NULL).
- * @return 0; the broker's refusal status (e.g. -EACCES, -EBUSY, -EPROTO);
+ * @return 0; the broker's refusal status (e.g. -EACCES, -EUSERS, -EPROTO);
  *         -ENOENT no socket at path / -ECONNREFUSED nothing listens there
  *         (when the timeout ran out while retrying); -ETIMEDOUT the broker
  *         did not answer in time; -EPROTO malformed ack; -ECONNRESET the

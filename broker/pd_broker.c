@@ -21,7 +21,6 @@
 #include "pd_time.h"
 
 #define TICK_NS      (100 * PD_NS_PER_MS)
-#define MAX_AGENTS   32u
 #define SQ_ENTRIES   2048u
 #define CQ_ENTRIES   512u
 #define MAX_REQUESTS 65536u
@@ -112,7 +111,7 @@ static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 {
 	struct pd_layout_opts o = { .name = b->cfg.name, .send_slots = b->cfg.send_slots,
 				    .recv_slots = b->cfg.recv_slots,
-				    .slot_size = b->cfg.slot_size, .max_agents = MAX_AGENTS,
+				    .slot_size = b->cfg.slot_size, .max_agents = b->cfg.max_agents,
 				    .sq_entries = SQ_ENTRIES, .cq_entries = CQ_ENTRIES,
 				    .epoch = b->epoch };
 	int rc;

@@ -17,7 +17,8 @@
  *                     (agent -> broker: submissions)
  *
  * The broker checks the peer's credentials (SO_PEERCRED: same uid, or
- * member of the broker's --group) and refuses with status -EACCES.
+ * member of the broker's --group) and refuses with status -EACCES; a hello
+ * that finds every agent slot taken is refused with status -EUSERS.
  */
 #include <stdint.h>
 
@@ -48,7 +49,7 @@ struct pd_attach_ack {
 	uint32_t magic;
 	uint16_t version;
 	uint16_t _rsvd0;
-	int32_t  status;        /* 0, or a negative errno (-EPROTO, -EACCES, -EBUSY) */
+	int32_t  status;        /* 0, or a negative errno (-EPROTO, -EACCES, -EUSERS) */
 	uint32_t agent_id;      /* 1..PD_MAX_AGENTS; index into the agent table */
 	uint64_t epoch;         /* the broker's epoch (as in the segment header) */
 	uint64_t segment_size;  /* must equal the segment fd's size */

@@ -29,6 +29,8 @@ const char *pd_strerror(int err)
 		return "stale slot reference";
 	case ENOTCONN:
 		return "broker gone";
+	case EUSERS:
+		return "broker full: every agent slot taken (--max-agents)";
 	case EOWNERDEAD:
 		return "peer died; its state was recovered";
 	default:

@@ -17,6 +17,7 @@
 #include <pdkv/version.h>
 
 #include "pd_config_int.h"
+#include "pd_layout.h"
 #include "pd_rundir.h"
 #include "pd_log.h"
 #include "pd_text.h"
@@ -97,6 +98,9 @@ static const struct pd_cfg_def pd_cfg[] = {
 	  .max = 3600 * SEC, .def = "1s", .arg = "SEC", .help = "peer heartbeat interval" },
 	{ .name = "data-threads", .type = PD_CFG_T_U32, FIELD(data_threads), .min = 1, .max = 64,
 	  .def = "2", .arg = "N", .help = "data-plane worker threads" },
+	{ .name = "max-agents", .type = PD_CFG_T_U32, FIELD(max_agents), .min = 1,
+	  .max = PD_MAX_AGENTS, .def = "32", .arg = "N",
+	  .help = "agents attached at once, up to the segment's table of agent slots" },
 	{ .name = "group", .type = PD_CFG_T_STRING, FIELD(group), .max = PD_CFG_NAME_MAX - 1,
 	  .def = "", .arg = "NAME", .help = "group of the socket and segment (mode 0660)" },
 	{ .name = "notify-failures", .type = PD_CFG_T_BOOL, FIELD(notify_failures),

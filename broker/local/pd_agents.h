@@ -13,7 +13,8 @@
  * deadline of PD_AGENTS_HELLO_MS, so connections that never say hello
  * neither take an agent's slot nor hold anyone else's attach up. A valid
  * hello from a permitted peer takes a free agent slot; with every slot
- * taken it is refused with -EBUSY.
+ * taken (the segment's max_agents, --max-agents) it is refused with
+ * -EUSERS, counted, and logged once per burst of such refusals.
  *
  * When an agent goes (socket closed, or kicked), the recv index pins
  * recorded in its pin journal are dropped before on_detach runs; the
@@ -38,6 +39,7 @@ struct pd_agents;
 /* Counters (and the pending gauge) for the statistics region. */
 struct pd_agents_stats {
 	uint64_t pins_reclaimed;     /* recv pins emptied from gone agents' journals */
+	uint64_t refused_full;       /* hellos refused: every agent slot taken (-EUSERS) */
 	uint64_t pending_evicted;    /* closed before their hello: newer ones filled the table */
 	uint64_t hello_timeouts;     /* closed: no hello within PD_AGENTS_HELLO_MS */
 	uint64_t pending;            /* gauge: connections waiting for their hello */

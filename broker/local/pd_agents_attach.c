@@ -5,7 +5,10 @@
  * at once (one more evicts the oldest), each closed when it has said
  * nothing valid within PD_AGENTS_HELLO_MS. Accepting never blocks, so
  * connections that stay silent hold no one else's attach up. A valid hello
- * from a permitted peer then takes a free agent slot (pd_agents_admit()).
+ * from a permitted peer then takes a free agent slot (pd_agents_admit()),
+ * or is refused with -EUSERS when every slot is taken: logged once per
+ * burst (the first, then how many more once FULL_QUIET_NS passed without
+ * one), counted each time.
  */
 #include <errno.h>
 #include <sys/epoll.h>
@@ -17,6 +20,7 @@
 #include "pd_time.h"
 
 #define HELLO_TIMEOUT_NS ((uint64_t)PD_AGENTS_HELLO_MS * PD_NS_PER_MS)
+#define FULL_QUIET_NS    (5 * PD_NS_PER_S) /* a burst of full-table refusals ends */
 
 static void hello_close(struct hello_conn *c)
 {
@@ -63,6 +67,26 @@ static struct ent *free_ent(struct pd_agents *ag)
 	return NULL;
 }
 
+static void refused_full(struct pd_agents *ag)
+{
+	ag->st.refused_full++;
+	ag->full_last_ns = pd_now_ns();
+	if (ag->full_burst++ == 0)
+		PD_LOG(WARN, ctl, "attach refused: all %u agent slots taken (--max-agents); "
+		       "refusing with -EUSERS until one is free", ag->max);
+}
+
+/* The burst of full-table refusals is over: how many followed the one logged. */
+static void full_burst_end(struct pd_agents *ag, uint64_t now_ns)
+{
+	if (!ag->full_burst || now_ns - ag->full_last_ns < FULL_QUIET_NS)
+		return;
+	if (ag->full_burst > 1)
+		PD_LOG(WARN, ctl, "attach: %u more refused while all agent slots were taken",
+		       ag->full_burst - 1);
+	ag->full_burst = 0;
+}
+
 /* A complete, valid hello: the peer's credentials, then a free agent slot. */
 static int hello_done(struct hello_conn *c, const struct pd_attach_hello *h)
 {
@@ -75,7 +99,7 @@ static int hello_done(struct hello_conn *c, const struct pd_attach_hello *h)
 		return rc;
 	e = free_ent(ag);
 	if (!e)
-		return -EBUSY;
+		return -EUSERS;
 	return pd_agents_admit(e, hello_take(c), h, &cred);
 }
 
@@ -92,10 +116,13 @@ static void on_hello(void *ctx, uint32_t events)
 		rc = hello_done(c, &h);
 	if (rc == 0)
 		return;
-	PD_LOG_RL(WARN, ctl, "attach refused: %s", pd_strerror(rc));
+	if (rc == -EUSERS)
+		refused_full(c->ag);
+	else
+		PD_LOG_RL(WARN, ctl, "attach refused: %s", pd_strerror(rc));
 	if (c->conn.fd < 0)
 		return; /* an agent slot took it, and closed it */
-	if (rc == -EPROTO || rc == -EACCES || rc == -EBUSY)
+	if (rc == -EPROTO || rc == -EACCES || rc == -EUSERS)
 		refuse(c->conn.fd, rc);
 	hello_close(c);
 }
@@ -156,6 +183,7 @@ void pd_agents_on_accept(void *ctx, uint32_t events)
 
 void pd_agents_hello_tick(struct pd_agents *ag, uint64_t now_ns)
 {
+	full_burst_end(ag, now_ns);
 	for (uint32_t i = 0; i < PD_AGENTS_HELLO_MAX; i++) {
 		struct hello_conn *c = &ag->hello[i];
 

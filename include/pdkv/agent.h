@@ -114,8 +114,10 @@ void pd_agent_opts_init(struct pd_agent_opts *o, size_t opts_size);
  * @return 0; -EINVAL bad opts (opts_size too small or too large, unknown
  *         bytes not zero, bad roles, unknown flags); -ENOENT no broker of
  *         that name; -ETIMEDOUT it did not answer in time; -EACCES
- *         refused (not the broker's user or group); -EPROTO incompatible
- *         broker; -ENOMEM.
+ *         refused (not the broker's user or group); -EUSERS refused: the
+ *         broker has as many agents attached as its --max-agents allows
+ *         (returned at once, not retried: attach again once one detached);
+ *         -EPROTO incompatible broker; -ENOMEM.
  * Thread-safety: any thread.
  */
 int pd_agent_attach(const struct pd_agent_opts *o, struct pd_agent **out);

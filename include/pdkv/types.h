@@ -23,6 +23,7 @@ extern "C" {
  *   -E2BIG        more slots asked for than the pool has
  *   -ESTALE       a slot reference whose generation is no longer current
  *   -ENOTCONN     the broker is gone
+ *   -EUSERS       the broker's agent slots are all taken (--max-agents)
  *   -EOWNERDEAD   a peer died; its state was recovered
  *   -ENOMEM       allocation failed
  *

@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* The attach socket under load: connections that never say hello wait in a
- * table of their own, with a deadline each, and hold no agent up. */
+/* The attach socket under load: --max-agents agents and no more (the next
+ * one refused with -EUSERS, counted, logged once per burst); connections
+ * that never say hello wait in a table of their own, with a deadline each,
+ * and hold no agent up. */
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "it_fixture.h"
+#include "pd_run.h"
 
 #define SILENT_CONNS 96u /* more than the broker lets wait for a hello (64) */
 #define HELLO_MAX    64u
@@ -99,9 +102,129 @@ static void test_silent_connections_hold_no_attach_up(void **state)
 	it_stop(t, 0);
 }
 
+/* Lines of b's log that contain needle. */
+static uint32_t log_count(const struct pd_test_broker *b, const char *needle)
+{
+	char line[1024];
+	FILE *f = fopen(b->log, "r");
+	uint32_t n = 0;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	(void)fclose(f);
+	return n;
+}
+
+/* Wait (bounded by ms) until b's log has at least want lines with needle. */
+static uint32_t log_wait(const struct pd_test_broker *b, const char *needle, uint32_t want,
+			 uint32_t ms)
+{
+	uint64_t deadline = pd_deadline_ms(ms);
+	uint32_t n;
+
+	while ((n = log_count(b, needle)) < want && pd_now_ns() < deadline)
+		(void)nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	return n;
+}
+
+/* Wait (bounded) until b has want agents attached; how many it has. */
+static uint64_t agents_wait(const struct pd_test_broker *b, uint64_t want)
+{
+	uint64_t deadline = pd_deadline_ms(3000), n;
+
+	while ((n = it_stat(b, "agents")) != want && pd_now_ns() < deadline)
+		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	return n;
+}
+
+/* An attach to b that must be refused with -EUSERS, at once. */
+static void refused_full(const struct pd_test_broker *b)
+{
+	struct pd_agent *a = NULL;
+	uint64_t t0 = pd_now_ns();
+
+	assert_int_equal(pd_test_agent_attach(b, PD_AGENT_RECV, &a), -EUSERS);
+	assert_null(a);
+	assert_true(pd_now_ns() - t0 < 500 * PD_NS_PER_MS);
+}
+
+/* pdctl status of b says "agents attached: N of M". */
+static void status_says(const struct pd_test_broker *b, const char *want)
+{
+	char bin[256];
+	struct pd_run_result r = { 0 };
+
+	assert_int_equal(pd_run_bin("pdctl", bin, sizeof(bin)), 0);
+	const char *argv[] = { bin, "--name", b->name, "--rundir", b->rundir, "status", NULL };
+	assert_int_equal(pd_run(argv, 15000, &r), 0);
+	if (r.exit_code != 0 || !strstr(r.out, want))
+		fail_msg("pdctl status: exit %d, no \"%s\"\n%s\n%s", r.exit_code, want, r.out,
+			 r.err);
+	pd_run_free(&r);
+}
+
+#define FULL_LINE    "all 2 agent slots taken (--max-agents)"
+#define SUMMARY_LINE "4 more refused while all agent slots were taken"
+
+/* A decode broker with --max-agents 2: its agent and one more attach; the
+ * next five are refused with -EUSERS at once, counted five times, logged
+ * once (then, after a quiet spell, how many more); the agents attached
+ * still move data; one detaches and its slot takes a new agent; a full
+ * table later is a new burst, logged again. */
+static void test_max_agents_refuses_the_next_with_eusers(void **state)
+{
+	static const char *const extra[] = { "--max-agents", "2", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 8, .recv_slots = 16,
+							.d_extra = extra });
+	struct pd_agent *second = it_attach(&t->d, PD_AGENT_RECV);
+
+	(void)state;
+	for (int i = 0; i < 5; i++)
+		refused_full(&t->d);
+	assert_int_equal(it_wait_stat(&t->d, "agents.refused_full", 5), 5);
+	assert_int_equal(log_wait(&t->d, FULL_LINE, 1, 1000), 1);
+	status_says(&t->d, "agents attached: 2 of 2");
+	moves_data(t, "while-full");
+	pd_agent_detach(second);
+	second = NULL;
+	assert_int_equal(agents_wait(&t->d, 1), 1);
+	second = it_attach(&t->d, PD_AGENT_RECV);
+	assert_int_equal(log_wait(&t->d, SUMMARY_LINE, 1, 8000), 1);
+	assert_int_equal(log_count(&t->d, FULL_LINE), 1);
+	refused_full(&t->d);
+	assert_int_equal(log_wait(&t->d, FULL_LINE, 2, 1000), 2);
+	assert_int_equal(it_wait_stat(&t->d, "agents.refused_full", 6), 6);
+	pd_agent_detach(second);
+	moves_data(t, "after-full");
+	it_stop(t, 0);
+}
+
+/* Without the flag, 32 agents attach and the 33rd gets -EUSERS. */
+static void test_default_is_32_agents(void **state)
+{
+	static const char *const args[] = { "--send-slots", "8", "--recv-slots", "8",
+					     "--slot-size", "64K", NULL };
+	struct pd_agent *a[32];
+	struct pd_test_broker b;
+
+	(void)state;
+	assert_int_equal(pd_test_broker_start(&b, "itA", args), 0);
+	for (int i = 0; i < 32; i++)
+		assert_int_equal(pd_test_agent_attach(&b, 0, &a[i]), 0);
+	refused_full(&b);
+	assert_int_equal(it_wait_stat(&b, "agents.refused_full", 1), 1);
+	status_says(&b, "agents attached: 32 of 32");
+	for (int i = 0; i < 32; i++)
+		pd_agent_detach(a[i]);
+	assert_int_equal(pd_test_broker_stop(&b), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_max_agents_refuses_the_next_with_eusers),
+		cmocka_unit_test(test_default_is_32_agents),
 		cmocka_unit_test(test_silent_connections_hold_no_attach_up),
 	};
 

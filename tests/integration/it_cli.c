@@ -109,12 +109,38 @@ static void test_required_transport_missing_refused(void **state)
 	refused("--require", "rdma");
 }
 
+/* More agents than the segment's table of agent slots holds (256). */
+static void test_too_many_agents_refused(void **state)
+{
+	(void)state;
+	refused("--max-agents", "257");
+}
+
+/* --help names --max-agents, its bound and its default. */
+static void test_help_lists_max_agents(void **state)
+{
+	char bin[256];
+	struct pd_run_result r;
+
+	(void)state;
+	assert_int_equal(pd_run_bin("pdbroker", bin, sizeof(bin)), 0);
+	const char *argv[] = { bin, "--help", NULL };
+	assert_int_equal(pd_run(argv, 10000, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_non_null(strstr(r.out, "--max-agents N"));
+	assert_non_null(strstr(r.out, "table of agent slots"));
+	assert_non_null(strstr(r.out, "[1..256] (default: 32)"));
+	pd_run_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_group_owns_sockets_and_segment),
 		cmocka_unit_test(test_unknown_group_refused),
 		cmocka_unit_test(test_required_transport_missing_refused),
+		cmocka_unit_test(test_too_many_agents_refused),
+		cmocka_unit_test(test_help_lists_max_agents),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

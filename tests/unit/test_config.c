@@ -147,6 +147,8 @@ static const struct bad bad_values[] = {
 	{ "heartbeat", "3601", NULL }, { "heartbeat", "99999999999999s", "too large" },
 	{ "data-threads", "0", "out of range 1..64" }, { "data-threads", "65", NULL },
 	{ "rdma-qps", "0", "out of range 1..16" }, { "rdma-qps", "17", NULL },
+	{ "max-agents", "0", "out of range 1..256" }, { "max-agents", "257", "257 is out of range" },
+	{ "max-agents", "-1", "not a number" },
 	{ "rdma-dev", "mlx5 0", NULL }, { "rdma-dev", long_name, NULL },
 	{ "group", "a b", NULL }, { "group", long_name, "longer than 63" },
 	{ "notify-failures", "maybe", "true or false" }, { "log-level", "loud", "none|err" },
@@ -393,6 +395,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c.recv_ttl_ns, 120 * SEC);
 	assert_int_equal(c.heartbeat_ns, 1 * SEC);
 	assert_int_equal(c.data_threads, 2);
+	assert_int_equal(c.max_agents, 32);
 	assert_string_equal(c.rdma_dev, "");
 	assert_int_equal(c.rdma_qps, 2);
 	assert_int_equal(c.log_level, PD_LOG_INFO);
@@ -479,7 +482,7 @@ static const struct good good_values[] = {
 	{ "heartbeat", "1ms", "1ms" }, { "data-threads", "64", "64" },
 	{ "data-threads", "1", "1" }, { "group", "pdkv", "pdkv" },
 	{ "rdma-dev", "rxe0", "rxe0" }, { "rdma-dev", "", "" }, { "rdma-qps", "16", "16" },
-	{ "rdma-qps", "1", "1" },
+	{ "rdma-qps", "1", "1" }, { "max-agents", "1", "1" }, { "max-agents", "256", "256" },
 	{ "notify-failures", "yes", "true" }, { "notify-failures", "off", "false" },
 	{ "log-level", "DEBUG", "debug" }, { "log-level", "none", "none" },
 	{ "log-file", "/var/log/pd.log", "/var/log/pd.log" },
@@ -688,6 +691,7 @@ static void test_usage_lists_every_flag(void **state)
 	assert_has(buf, "Usage: pdbroker --name NAME");
 	assert_has(buf, "[4K..1G] (default: 1M)");
 	assert_has(buf, "[1..64] (default: 2)");
+	assert_has(buf, "[1..256] (default: 32)");
 	assert_has(buf, "[1ms..86400s] (default: 30s)");
 	assert_has(buf, "(default: tcp://127.0.0.1:17500)");
 	assert_has(buf, "(default: none)");

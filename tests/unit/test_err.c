@@ -42,7 +42,8 @@ static void test_rc_conversions(void **state)
 static void test_strerror_codes(void **state)
 {
 	static const int codes[] = { EINVAL, EPROTO, ENOBUFS, EAGAIN, EBUSY, ETIMEDOUT,
-				     ECANCELED, E2BIG, ESTALE, ENOTCONN, EOWNERDEAD, ENOMEM };
+				     ECANCELED, E2BIG, ESTALE, ENOTCONN, EOWNERDEAD, ENOMEM,
+				     EUSERS };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
@@ -55,6 +56,7 @@ static void test_strerror_codes(void **state)
 	}
 	assert_string_equal(pd_strerror(0), "success");
 	assert_string_equal(pd_strerror(-ENOTCONN), "broker gone");
+	assert_non_null(strstr(pd_strerror(-EUSERS), "--max-agents"));
 	assert_non_null(pd_strerror(-99999));
 }
 

@@ -102,6 +102,7 @@ struct pdctl_snap {
 	uint64_t now_ns;           /* CLOCK_REALTIME when read */
 	uint64_t now_mono_ns;
 	uint32_t agents;           /* attached, from the agent table */
+	uint32_t max_agents;       /* the table's slots (--max-agents) */
 	struct pdctl_pool send, recv;
 	int published;             /* the stats region was ever published */
 	uint64_t stale_ns;         /* since the last publish (or since start) */

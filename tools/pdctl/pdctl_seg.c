@@ -188,6 +188,7 @@ static void read_header(const struct pd_shm *shm, struct pdctl_snap *s)
 	s->start_ns = h->broker_start_ns;
 	s->now_ns = pd_realtime_ns();
 	s->now_mono_ns = pd_now_ns();
+	s->max_agents = shm->max_agents;
 	for (uint32_t i = 0; i < shm->max_agents; i++)
 		if (atomic_load_explicit(&shm->agents->slot[i].state, memory_order_relaxed) ==
 		    PD_AGENT_ATTACHED)

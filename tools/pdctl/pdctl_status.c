@@ -234,7 +234,7 @@ static void print_status(const struct pdctl_snap *s)
 	print_header(s);
 	print_pools(s);
 	print_admission(s);
-	printf("agents attached: %u\n", s->agents);
+	printf("agents attached: %u of %u\n", s->agents, s->max_agents);
 	printf("peers:%s\n", s->st->npeers ? "" : " none");
 	for (uint32_t i = 0; i < s->st->npeers; i++)
 		print_peer(s, &s->st->peer[i]);

@@ -3,7 +3,8 @@
  * pdctl status --json: one object.
  *   {"name", "pid", "epoch", "state", "start_ns", "uptime_s",
  *    "info": {...}, "pools": {"send": {slots, used, free, hwm}, "recv": ...},
- *    "admission": {...}, "agents": N, "peers": [...], "requests": {...},
+ *    "admission": {...}, "agents": N, "max_agents": N, "peers": [...],
+ *    "requests": {...},
  *    "moved": {...}, "errors": {...}, "counters": {name: value},
  *    "kinds": {name: "counter"|"gauge"}, "histograms": {...},
  *    "published": bool, "stale_s": S, "warning": "..." (when stale)}
@@ -128,7 +129,7 @@ int pdctl_status_json(const struct pdctl_snap *s, int pretty)
 	double up = s->now_ns > s->start_ns ? (double)(s->now_ns - s->start_ns) / 1e9 : 0.0;
 
 	return pdctl_json_print(json_pack(
-		"{s:o, s:I, s:o, s:s, s:o, s:o, s:o, s:{s:o, s:o}, s:o, s:I, s:o,"
+		"{s:o, s:I, s:o, s:s, s:o, s:o, s:o, s:{s:o, s:o}, s:o, s:I, s:I, s:o,"
 		" s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o*}",
 		"name", pdctl_json_str(s->name), "pid", (json_int_t)s->pid,
 		"epoch", pdctl_json_u64(s->epoch), "state", pd_segment_state_name(s->state),
@@ -136,6 +137,7 @@ int pdctl_status_json(const struct pdctl_snap *s, int pretty)
 		"info", info_json(s),
 		"pools", "send", pool_json(&s->send), "recv", pool_json(&s->recv),
 		"admission", admission_json(s), "agents", (json_int_t)s->agents,
+		"max_agents", (json_int_t)s->max_agents,
 		"peers", peers_json(s),
 		"requests", vals_json(s, pdctl_val_is_request, 0),
 		"moved", vals_json(s, pdctl_val_is_moved, 0),
