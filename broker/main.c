@@ -1,11 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* pdbroker: the per-node broker daemon. */
-#include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <pdkv/version.h>
 
@@ -59,22 +56,30 @@ static int configure(struct pd_config *cfg, int argc, char **argv)
  * said on the stderr we have). */
 static int open_log(const struct pd_config *cfg)
 {
-	int fd;
+	int rc;
 
 	pd_log_set_level((int)cfg->log_level);
 	if (cfg->log_file[0]) {
-		fd = open(cfg->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) {
+		rc = pd_log_stderr_to(cfg->log_file);
+		if (rc < 0) {
 			(void)fprintf(stderr, "pdbroker: --log-file %s: cannot open: %s\n",
-				      cfg->log_file, pd_strerror(-errno));
-			if (fd >= 0)
-				(void)close(fd);
+				      cfg->log_file, pd_strerror(rc));
 			return -1;
 		}
-		(void)close(fd);
 	}
 	(void)setvbuf(stderr, NULL, _IOLBF, 0);
 	return 0;
+}
+
+/* A SIGHUP during start-up waits for the loop (which handles it) instead of
+ * killing the broker half made: log rotation may come at any time. */
+static void hold_hangups(void)
+{
+	sigset_t set;
+
+	(void)sigemptyset(&set);
+	(void)sigaddset(&set, SIGHUP);
+	(void)sigprocmask(SIG_BLOCK, &set, NULL);
 }
 
 int main(int argc, char **argv)
@@ -89,6 +94,7 @@ int main(int argc, char **argv)
 	if (open_log(&cfg) < 0)
 		return 2;
 	(void)signal(SIGPIPE, SIG_IGN);
+	hold_hangups();
 	rc = pd_broker_create(&cfg, &b, err, sizeof(err));
 	if (rc < 0) {
 		(void)fprintf(stderr, "pdbroker: %s%s%s\n", err[0] ? err : "", err[0] ? ": " : "",

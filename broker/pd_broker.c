@@ -2,6 +2,7 @@
 /* pdbroker: build, run, tear down. */
 #include <errno.h>
 #include <grp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,10 +75,32 @@ static void before_sleep(void *ctx)
 	pd_broker_fail_unreachable(b);
 }
 
-static void on_signal(void *ctx)
+/* SIGHUP: with --log-file, reopen it (the rotation renamed the old one
+ * away: new lines go to a new file); without, nothing to do. */
+static void on_hangup(struct pd_broker *b)
+{
+	int rc;
+
+	if (!b->cfg.log_file[0]) {
+		PD_LOG(INFO, ctl, "SIGHUP: received and ignored (no --log-file to reopen)");
+		return;
+	}
+	rc = pd_log_stderr_to(b->cfg.log_file);
+	if (rc < 0)
+		PD_LOG(WARN, ctl, "SIGHUP: cannot reopen --log-file %s: %s; logging on here",
+		       b->cfg.log_file, pd_strerror(rc));
+	else
+		PD_LOG(INFO, ctl, "SIGHUP: log reopened");
+}
+
+static void on_signal(void *ctx, int signo)
 {
 	struct pd_broker *b = ctx;
 
+	if (signo == SIGHUP) {
+		on_hangup(b);
+		return;
+	}
 	if (b->stopping) { /* a second signal: at once */
 		pd_loop_stop(b->loop);
 		return;

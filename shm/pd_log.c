@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pd_err.h"
 #include "pd_log.h"
 #include "pd_time.h"
 
@@ -142,6 +143,22 @@ void pd_log_init_env(void)
 
 	(void)pthread_once(&env_once, load_env);
 	errno = saved;
+}
+
+int pd_log_stderr_to(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fd == STDERR_FILENO) /* stderr was closed: the file took its place */
+		return pd_sys_rc(fcntl(fd, F_SETFD, 0));
+	(void)fflush(stderr);
+	if (dup2(fd, STDERR_FILENO) < 0) /* atomic: a write goes to the old or the new file */
+		rc = -errno;
+	(void)close(fd);
+	return rc;
 }
 
 /* ---- delivery ---------------------------------------------------------------- */

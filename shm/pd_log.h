@@ -49,6 +49,13 @@ int pd_log_level_parse(const char *s);
  * it at attach; the broker does not (it has --log-level, --log-file). */
 void pd_log_init_env(void);
 
+/* stderr (fd 2) becomes the file at path, opened for appending (created
+ * with mode 0640): the broker's --log-file, and its reopening on SIGHUP
+ * after a rotation renamed the old file away. A line written meanwhile by
+ * another thread goes whole to one file or the other.
+ * @return 0; -errno from open() or dup2() (stderr is unchanged). */
+int pd_log_stderr_to(const char *path);
+
 /* ---- per-agent sinks ----------------------------------------------------- */
 
 /* The function of a sink: one call per line, "comp: message" (the same

@@ -116,7 +116,7 @@ static void on_signal(void *ctx, uint32_t events)
 	(void)events;
 	while (read(l->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
 		if (l->o.on_signal)
-			l->o.on_signal(l->o.ctx);
+			l->o.on_signal(l->o.ctx, (int)si.ssi_signo);
 }
 
 static int setup_timer(struct pd_loop *l)
@@ -145,6 +145,7 @@ static int setup_signals(struct pd_loop *l)
 	(void)sigemptyset(&set);
 	(void)sigaddset(&set, SIGTERM);
 	(void)sigaddset(&set, SIGINT);
+	(void)sigaddset(&set, SIGHUP);
 	if (pthread_sigmask(SIG_BLOCK, &set, NULL))
 		return -EINVAL;
 	l->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);

@@ -4,7 +4,7 @@
 
 /*
  * The broker's event loop: one epoll set, fd handlers, one periodic tick
- * (timerfd) and the termination signals (signalfd). Everything runs on the
+ * (timerfd) and the signals an operator sends (signalfd). Everything runs on the
  * control thread; nothing spins: the loop sleeps in epoll_wait until an fd
  * is ready, and a before-sleep hook does the batched work of a turn.
  */
@@ -14,12 +14,14 @@ struct pd_loop;
 
 typedef void pd_loop_fn(void *ctx, uint32_t events);
 typedef void pd_loop_hook(void *ctx);
+typedef void pd_loop_sig_fn(void *ctx, int signo);
 
 struct pd_loop_opts {
 	uint64_t tick_ns;           /* period of on_tick; 0: no tick */
 	pd_loop_hook *on_tick;
 	pd_loop_hook *before_sleep; /* once per turn, before waiting */
-	pd_loop_hook *on_signal;    /* SIGTERM, SIGINT (blocked in the calling thread) */
+	pd_loop_sig_fn *on_signal;  /* SIGTERM, SIGINT, SIGHUP, with its number (blocked in
+				     * the calling thread: threads it starts inherit that) */
 	void *ctx;
 };
 

@@ -19,6 +19,7 @@ struct fx {
 	struct pd_loop *l;
 	int efd[2];
 	uint32_t fired[2], ticks, signals, turns;
+	int last_signo;              /* the number on_signal was given last */
 	int del_other;               /* the first handler to run deletes the other fd */
 	uint32_t stop_turn;          /* before_sleep stops the loop at this turn (0: never) */
 };
@@ -55,12 +56,14 @@ static void on_tick(void *ctx)
 		pd_loop_stop(f->l);
 }
 
-static void on_sig(void *ctx)
+static void on_sig(void *ctx, int signo)
 {
 	struct fx *f = ctx;
 
 	f->signals++;
-	pd_loop_stop(f->l);
+	f->last_signo = signo;
+	if (signo != SIGHUP)
+		pd_loop_stop(f->l);
 }
 
 static void before(void *ctx)
@@ -180,6 +183,22 @@ static void test_sigterm_reaches_the_handler(void **state)
 	assert_int_equal(kill(getpid(), SIGTERM), 0); /* blocked: queued for signalfd */
 	assert_int_equal(pd_loop_run(f->l), 0);
 	assert_int_equal(f->signals, 1);
+	assert_int_equal(f->last_signo, SIGTERM);
+	done(f);
+}
+
+/* SIGHUP reaches the handler too, with its number, and does not end the
+ * loop by itself (the handler here goes on; SIGINT then stops it). */
+static void test_sighup_reaches_the_handler(void **state)
+{
+	struct fx *f = make(0, 1);
+
+	(void)state;
+	assert_int_equal(kill(getpid(), SIGHUP), 0); /* blocked: queued for signalfd */
+	assert_int_equal(kill(getpid(), SIGINT), 0);
+	assert_int_equal(pd_loop_run(f->l), 0);
+	assert_int_equal(f->signals, 2);
+	assert_int_equal(f->last_signo, SIGINT);
 	done(f);
 }
 
@@ -191,6 +210,7 @@ int main(void)
 		cmocka_unit_test(test_delete_during_dispatch_is_safe),
 		cmocka_unit_test(test_tick_fires_periodically),
 		cmocka_unit_test(test_sigterm_reaches_the_handler),
+		cmocka_unit_test(test_sighup_reaches_the_handler),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
