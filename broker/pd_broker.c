@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #define TOMBSTONE_NS (60 * PD_NS_PER_S)
 #define MAX_HELD     (64ull << 20)
 #define DRAIN_NS     (2 * PD_NS_PER_S) /* SIGTERM: bound on finishing in-flight sends */
+#define FDS_BESIDE_AGENTS 512u         /* peers' lanes, the data port's, admin, ZeroMQ */
 
 /* ---- loop hooks --------------------------------------------------------------------- */
 
@@ -160,6 +162,26 @@ static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 	return 0;
 }
 
+/* Each agent holds two fds here (its socket, its doorbell), each connection
+ * waiting for its hello one: a soft RLIMIT_NOFILE short of that is raised
+ * towards the hard one, and one that stays short is said. */
+static void fds_for_agents(const struct pd_broker *b)
+{
+	rlim_t want = (rlim_t)b->cfg.max_agents * 2 + PD_AGENTS_HELLO_MAX + FDS_BESIDE_AGENTS;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 && getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < want)
+		PD_LOG(WARN, ctl, "--max-agents %u: %llu file descriptors allowed (ulimit -n, "
+		       "LimitNOFILE), about %llu wanted: attaches fail once they run out",
+		       b->cfg.max_agents, (unsigned long long)rl.rlim_cur,
+		       (unsigned long long)want);
+}
+
 static int make_loop_and_agents(struct pd_broker *b, char *err, size_t errlen)
 {
 	struct pd_loop_opts lo = { .tick_ns = TICK_NS, .on_tick = on_tick,
@@ -172,6 +194,7 @@ static int make_loop_and_agents(struct pd_broker *b, char *err, size_t errlen)
 
 	if (rc < 0)
 		return rc;
+	fds_for_agents(b);
 	ao.loop = b->loop;
 	return pd_agents_create(&ao, &b->agents, err, errlen);
 }

@@ -93,7 +93,8 @@ static const struct field metrics_fields[] = { /* --metrics-listen */
 static const struct field agents_fields[] = {
 	F(pd_agents_stats, pins_reclaimed, C), F(pd_agents_stats, refused_full, C),
 	F(pd_agents_stats, pending_evicted, C),
-	F(pd_agents_stats, hello_timeouts, C), F(pd_agents_stats, pending, G),
+	F(pd_agents_stats, hello_timeouts, C), F(pd_agents_stats, accept_failed, C),
+	F(pd_agents_stats, pending, G),
 };
 
 #undef F

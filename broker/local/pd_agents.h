@@ -42,6 +42,7 @@ struct pd_agents_stats {
 	uint64_t refused_full;       /* hellos refused: every agent slot taken (-EUSERS) */
 	uint64_t pending_evicted;    /* closed before their hello: newer ones filled the table */
 	uint64_t hello_timeouts;     /* closed: no hello within PD_AGENTS_HELLO_MS */
+	uint64_t accept_failed;      /* accepting paused: out of file descriptors */
 	uint64_t pending;            /* gauge: connections waiting for their hello */
 };
 

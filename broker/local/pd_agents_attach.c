@@ -8,7 +8,8 @@
  * from a permitted peer then takes a free agent slot (pd_agents_admit()),
  * or is refused with -EUSERS when every slot is taken: logged once per
  * burst (the first, then how many more once FULL_QUIET_NS passed without
- * one), counted each time.
+ * one), counted each time. Out of file descriptors, accepting pauses until
+ * the next tick instead of spinning on a socket that stays readable.
  */
 #include <errno.h>
 #include <sys/epoll.h>
@@ -171,6 +172,24 @@ static void hello_add(struct pd_agents *ag, int fd)
 	on_hello(c, EPOLLIN);
 }
 
+/* accept4() failed with err: out of file descriptors, the connection stays
+ * queued and the socket readable; stop watching it until the next tick. */
+static void accept_pause(struct pd_agents *ag, int err)
+{
+	if (ag->accept_paused || pd_loop_mod(ag->o.loop, ag->lfd, 0) < 0)
+		return;
+	ag->accept_paused = 1;
+	ag->st.accept_failed++;
+	PD_LOG_RL(WARN, ctl, "attach: cannot accept: %s; trying again at the next tick",
+		  pd_strerror(err));
+}
+
+static void accept_resume(struct pd_agents *ag)
+{
+	if (ag->accept_paused && pd_loop_mod(ag->o.loop, ag->lfd, EPOLLIN) == 0)
+		ag->accept_paused = 0;
+}
+
 void pd_agents_on_accept(void *ctx, uint32_t events)
 {
 	struct pd_agents *ag = ctx;
@@ -179,11 +198,14 @@ void pd_agents_on_accept(void *ctx, uint32_t events)
 	(void)events;
 	while ((fd = accept4(ag->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0)
 		hello_add(ag, fd);
+	if (errno == EMFILE || errno == ENFILE)
+		accept_pause(ag, -errno);
 }
 
 void pd_agents_hello_tick(struct pd_agents *ag, uint64_t now_ns)
 {
 	full_burst_end(ag, now_ns);
+	accept_resume(ag);
 	for (uint32_t i = 0; i < PD_AGENTS_HELLO_MAX; i++) {
 		struct hello_conn *c = &ag->hello[i];
 

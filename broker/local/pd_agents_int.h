@@ -55,6 +55,7 @@ struct pd_agents {
 	uint64_t fenced;             /* agents fenced (pd_agents_fence()) */
 	uint64_t cq_dropped;         /* completions refused: the agent's queue was full */
 	uint32_t nhello;             /* connections in hello[] */
+	int accept_paused;           /* the listening socket unwatched until the next tick */
 	uint32_t full_burst;         /* refusals of a full table since the one logged */
 	uint64_t full_last_ns;       /* the latest of them */
 	struct hello_conn hello[PD_AGENTS_HELLO_MAX];
@@ -69,7 +70,8 @@ int pd_agents_admit(struct ent *e, int fd, const struct pd_attach_hello *h,
 		    const struct ucred *cred);
 
 /* pd_agents_attach.c: the listening socket's handler, and the hello table's
- * share of the tick (deadlines, the end of a burst of refusals). */
+ * share of the tick (deadlines, the end of a burst of refusals, accepting
+ * again after running out of file descriptors). */
 void pd_agents_on_accept(void *ctx, uint32_t events);
 void pd_agents_hello_tick(struct pd_agents *ag, uint64_t now_ns);
 /* Close every connection still waiting for its hello. */

@@ -3,7 +3,9 @@
  * one refused with -EUSERS, counted, logged once per burst); connections
  * that never say hello wait in a table of their own, with a deadline each,
  * and hold no agent up. */
+#include <dirent.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -220,12 +222,112 @@ static void test_default_is_32_agents(void **state)
 	assert_int_equal(pd_test_broker_stop(&b), 0);
 }
 
+/* The soft RLIMIT_NOFILE of process pid (from /proc). */
+static uint64_t soft_nofile(pid_t pid)
+{
+	struct rlimit rl;
+
+	assert_int_equal(prlimit(pid, RLIMIT_NOFILE, NULL, &rl), 0);
+	return rl.rlim_cur;
+}
+
+/* With a soft limit of 1024 fds inherited, --max-agents 256 raises it to
+ * what 256 agents need (2 fds each, 64 waiting for a hello, 512 for the
+ * rest), or says why not when the hard limit is lower. */
+static void test_max_agents_raises_the_fd_limit(void **state)
+{
+	static const char *const args[] = { "--send-slots", "8", "--recv-slots", "8",
+					     "--slot-size", "64K", "--max-agents", "256", NULL };
+	struct pd_test_broker b;
+	struct rlimit mine, low;
+	uint64_t want = 256 * 2 + HELLO_MAX + 512;
+
+	(void)state;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &mine), 0);
+	if (mine.rlim_cur < 1024)
+		skip(); /* the test needs 1024 itself */
+	low = (struct rlimit){ .rlim_cur = 1024, .rlim_max = mine.rlim_max };
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	assert_int_equal(pd_test_broker_start(&b, "itA", args), 0);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &mine), 0);
+	if (mine.rlim_max != RLIM_INFINITY && mine.rlim_max < want) {
+		assert_int_equal(soft_nofile(b.pid), mine.rlim_max);
+		assert_int_equal(log_wait(&b, "file descriptors allowed", 1, 3000), 1);
+	} else {
+		assert_int_equal(soft_nofile(b.pid), want);
+	}
+	assert_int_equal(pd_test_broker_stop(&b), 0);
+}
+
+/* The fd limit that leaves process pid exactly room new fds (the lowest
+ * free numbers, below it), from its open fds in /proc. */
+static rlim_t fd_limit_for_room(pid_t pid, int room)
+{
+	static uint8_t open_fd[65536];
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	int n = 0;
+
+	memset(open_fd, 0, sizeof(open_fd));
+	(void)snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	assert_non_null(dir);
+	while ((d = readdir(dir)))
+		if (d->d_name[0] != '.' && atoi(d->d_name) < (int)sizeof(open_fd))
+			open_fd[atoi(d->d_name)] = 1;
+	(void)closedir(dir);
+	for (; room > 0 && n < (int)sizeof(open_fd); n++)
+		room -= !open_fd[n];
+	return (rlim_t)n;
+}
+
+#define FD_ROOM     8  /* fds the broker may still open */
+#define FD_CROWD    32 /* silent connections: more than that room */
+
+/* Out of file descriptors, the broker stops accepting until its next tick
+ * instead of spinning on the readable socket (it uses next to no CPU while
+ * connections wait in the backlog), counts it, and accepts again once fds
+ * are free: an agent then attaches. */
+static void test_out_of_fds_pauses_accepting(void **state)
+{
+	static const char *const args[] = { "--send-slots", "8", "--recv-slots", "8",
+					     "--slot-size", "64K", NULL };
+	struct pd_test_broker b;
+	struct pd_agent *a = NULL;
+	struct rlimit rl;
+	int fd[FD_CROWD];
+	uint64_t t0;
+
+	(void)state;
+	assert_int_equal(pd_test_broker_start(&b, "itA", args), 0);
+	it_wait_admin(&b);
+	assert_int_equal(prlimit(b.pid, RLIMIT_NOFILE, NULL, &rl), 0);
+	rl.rlim_cur = fd_limit_for_room(b.pid, FD_ROOM);
+	assert_int_equal(prlimit(b.pid, RLIMIT_NOFILE, &rl, NULL), 0);
+	for (int i = 0; i < FD_CROWD; i++)
+		assert_true((fd[i] = silent_connect(&b)) >= 0);
+	assert_true(it_wait_stat(&b, "agents.accept_failed", 1) >= 1);
+	t0 = pd_test_cpu_ticks(b.pid);
+	(void)nanosleep(&(struct timespec){ 1, 0 }, NULL);
+	if (pd_test_cpu_ticks(b.pid) - t0 > 20) /* spinning takes most of a second's 100 */
+		fail_msg("the broker used %llu ticks of CPU in 1 s, out of fds",
+			 (unsigned long long)(pd_test_cpu_ticks(b.pid) - t0));
+	for (int i = 0; i < FD_CROWD; i++)
+		(void)close(fd[i]);
+	assert_int_equal(pd_test_agent_attach(&b, 0, &a), 0);
+	pd_agent_detach(a);
+	assert_int_equal(pd_test_broker_stop(&b), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_max_agents_refuses_the_next_with_eusers),
 		cmocka_unit_test(test_default_is_32_agents),
 		cmocka_unit_test(test_silent_connections_hold_no_attach_up),
+		cmocka_unit_test(test_max_agents_raises_the_fd_limit),
+		cmocka_unit_test(test_out_of_fds_pauses_accepting),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
