@@ -36,10 +36,17 @@ static inline int it_logged_port(const struct pd_test_broker *b, const char *key
 	return port;
 }
 
-/* b's data port, from its start-up line; -1 when not found. */
+/* b's data port, from its start-up line, which comes a moment after the
+ * sockets pd_test_broker_start() waits for: waited for (5 s at most); -1
+ * when not found. */
 static inline int it_data_port(const struct pd_test_broker *b)
 {
-	return it_logged_port(b, ", data 127.0.0.1:");
+	uint64_t deadline = pd_deadline_ms(5000);
+	int port;
+
+	while ((port = it_logged_port(b, ", data 127.0.0.1:")) <= 0 && pd_now_ns() < deadline)
+		(void)nanosleep(&(struct timespec){ 0, 5 * 1000 * 1000 }, NULL);
+	return port;
 }
 
 /* A connection to 127.0.0.1:port, or -1. */
