@@ -34,6 +34,44 @@ struct pd_admin {
 	struct admin_conn conn[PD_ADMIN_MAX_CONNS];
 };
 
+/* ---- framing ----------------------------------------------------------------------- */
+
+uint32_t pd_admin_frame_len(const uint8_t hdr[4])
+{
+	uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 |
+		       hdr[3];
+
+	return len <= PD_ADMIN_REQ_MAX ? len : 0;
+}
+
+int pd_admin_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, msgpack_sbuffer *out,
+		    char *err, size_t errlen)
+{
+	uint8_t hdr[4] = { 0 };
+	uint32_t n;
+	int rc = pd_wire_scan(req, len, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	msgpack_sbuffer_init(out);
+	msgpack_sbuffer_write(out, (const char *)hdr, sizeof(hdr));
+	rc = pd_admin_run(b, req, len, out);
+	if (rc == 0 && out->size - 4 > PD_ADMIN_ANS_MAX)
+		rc = -EMSGSIZE;
+	if (rc < 0) {
+		(void)snprintf(err, errlen, "answer too large or out of memory");
+		return rc;
+	}
+	n = (uint32_t)(out->size - 4);
+	out->data[0] = (char)(n >> 24);
+	out->data[1] = (char)(n >> 16);
+	out->data[2] = (char)(n >> 8);
+	out->data[3] = (char)n;
+	return 0;
+}
+
+/* ---- connections -------------------------------------------------------------------- */
+
 static void conn_close(struct admin_conn *c)
 {
 	if (c->fd < 0)
@@ -74,26 +112,12 @@ static void conn_flush(struct admin_conn *c)
 
 static void conn_answer(struct admin_conn *c, uint32_t len)
 {
-	uint8_t hdr[4] = { 0 };
 	char err[128];
-	uint32_t n;
 
-	if (pd_wire_scan(c->in + 4, len, err, sizeof(err)) < 0) {
+	if (pd_admin_answer(c->owner->b, c->in + 4, len, &c->out, err, sizeof(err)) < 0) {
 		conn_bad(c, err);
 		return;
 	}
-	msgpack_sbuffer_init(&c->out);
-	msgpack_sbuffer_write(&c->out, (const char *)hdr, sizeof(hdr));
-	if (pd_admin_run(c->owner->b, c->in + 4, len, &c->out) < 0 ||
-	    c->out.size - 4 > PD_ADMIN_ANS_MAX) {
-		conn_bad(c, "answer too large or out of memory");
-		return;
-	}
-	n = (uint32_t)(c->out.size - 4);
-	c->out.data[0] = (char)(n >> 24);
-	c->out.data[1] = (char)(n >> 16);
-	c->out.data[2] = (char)(n >> 8);
-	c->out.data[3] = (char)n;
 	c->owner->b->admin_requests++;
 	conn_flush(c);
 }
@@ -106,9 +130,8 @@ static void conn_read(struct admin_conn *c)
 		ssize_t r;
 
 		if (c->got >= 4) {
-			len = (uint32_t)c->in[0] << 24 | (uint32_t)c->in[1] << 16 |
-			      (uint32_t)c->in[2] << 8 | c->in[3];
-			if (len == 0 || len > PD_ADMIN_REQ_MAX) {
+			len = pd_admin_frame_len(c->in);
+			if (len == 0) {
 				conn_bad(c, "request frame length out of bounds");
 				return;
 			}

@@ -31,6 +31,21 @@ void pd_admin_destroy(struct pd_admin *a);
 /* Close connections past their deadline (now: CLOCK_MONOTONIC). NULL-safe. */
 void pd_admin_tick(struct pd_admin *a, uint64_t now_ns);
 
+/* The body length a request frame's 4-byte big-endian header gives; 0 when
+ * out of bounds (empty, or over PD_ADMIN_REQ_MAX): the connection is bad. */
+uint32_t pd_admin_frame_len(const uint8_t hdr[4]);
+
+/**
+ * One request frame's body (len bytes): pre-scanned (pd_wire_scan), run
+ * (pd_admin_run) and its answer framed into out (a 4-byte big-endian
+ * length, then the msgpack), as the connection sends it. out is
+ * initialised here on every path but a refused scan; the caller destroys it.
+ * @return 0; -EPROTO/-EMSGSIZE the request is not msgpack within the wire
+ *         bounds; -ENOMEM/-EMSGSIZE the answer (err says why, every time).
+ */
+int pd_admin_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, msgpack_sbuffer *out,
+		    char *err, size_t errlen);
+
 /**
  * Run one request (raw msgpack, already pre-scanned) and pack the answer.
  * Always answers (errors as {"ok": false, "error": ...}).
