@@ -11,6 +11,9 @@
 #include "pd_broker_int.h"
 #include "pd_time.h"
 
+#define PD_STR_(x) #x
+#define PD_STR(x)  PD_STR_(x)
+
 struct args {
 	const char *cmd;
 	uint32_t cmd_len;
@@ -290,7 +293,7 @@ static void cmd_cancel(struct pd_broker *b, const struct args *a, msgpack_packer
 	int n = 0;
 
 	if (!a->req_id || a->req_id_len == 0 || a->req_id_len > PD_REQ_ID_MAX) {
-		answer_error(pk, "cancel needs a req_id of 1..255 bytes");
+		answer_error(pk, "cancel needs a req_id of 1.." PD_STR(PD_REQ_ID_MAX) " bytes");
 		return;
 	}
 	if (b->shm.has_send)
