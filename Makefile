@@ -138,7 +138,8 @@ help:
 	@echo "make test-netfault  loss, rate limit, link down, data-port blackhole between brokers in network namespaces (root; skips visibly without)"
 	@echo "make bench      micro-benchmarks (shm core, receiver engine) beside their baselines"
 	@echo "make compare-peers  pdbench beside iperf3 and UCX on this machine (COMPARE_ARGS=--quick)"
-	@echo "make fuzz       libFuzzer on the wire codec for FUZZ_SECONDS=$(FUZZ_SECONDS) (clang, build/fuzz)"
+	@echo "make fuzz       the libFuzzer targets ($(FUZZ_TARGETS)) one after another, FUZZ_SECONDS=$(FUZZ_SECONDS) each (clang, build/fuzz)"
+	@echo "make fuzz-NAME  one of them (e.g. make fuzz-wire FUZZ_SECONDS=300)"
 	@echo "make lint       cppcheck and clang-tidy over shm/ agent/ broker/ tools/ (known findings: tools/lint-suppress.txt)"
 	@echo "make deps       install the Debian packages pdkv needs (root), or print the command"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=: programs, libpdagent.so, headers, pdkv.pc"
@@ -255,17 +256,29 @@ bench: $(BENCH_BIN)
 
 # ---- fuzzing ---------------------------------------------------------------
 # libFuzzer targets with ASan + UBSan, built by clang into build/fuzz (their
-# own variant: objects never mix). The seed corpus is copied to
-# build/fuzz/corpus first, so new inputs are never written into the tree.
-# Any crash, leak, timeout or RSS blow-up fails the target.
+# own variant: objects never mix), run one after another for FUZZ_SECONDS
+# each (make fuzz), or one at a time (make fuzz-wire). Each target's seed
+# corpus (tests/fuzz/corpus_<name>) is copied to build/fuzz/corpus_<name>
+# first, so new inputs are never written into the tree. Any crash, leak,
+# timeout or RSS blow-up fails the target.
+#   wire   the control plane's wire codec
+# Targets that need a broker run on one built of pdbroker's own parts
+# (tests/fuzz/fuzz_broker.h) with a fake control plane linked in place of
+# broker/ctrl/pd_ctrl*.c (tests/fuzz/fuzz_ctrl.c) and a fake transport
+# (fuzz_xport.c): no socket to a peer, nothing dialled.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := wire
 FUZZ_B       := build/fuzz
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS   = -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) $(WARN) $(PC_CFLAGS)
 FUZZ_OPTS    := -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -rss_limit_mb=2048
 FUZZ_WIRE_OBJ := $(patsubst %.c,$(FUZZ_B)/%.o,$(wildcard broker/ctrl/pd_wire*.c) shm/pd_err.c \
 		 tests/fuzz/fuzz_wire.c)
+FUZZ_BROKER_SRC := $(CORE_SRC) $(AGENT_SRC) \
+		   $(filter-out $(wildcard broker/ctrl/pd_ctrl*.c),$(BROKER_SRC)) \
+		   $(addprefix tests/fuzz/,fuzz_ctrl.c fuzz_xport.c fuzz_broker.c fuzz_play.c)
+FUZZ_BROKER_LIB := $(FUZZ_B)/libfuzzbroker.a
 
 $(FUZZ_B)/.clang-ok: | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -277,13 +290,24 @@ $(FUZZ_B)/%.o: %.c | $(FUZZ_B)/.clang-ok
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CPPFLAGS) $(INC_ALL) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 
+$(FUZZ_BROKER_LIB): $(FUZZ_BROKER_SRC:%.c=$(FUZZ_B)/%.o)
+	rm -f $@ && ar rcs $@ $^
+
 $(FUZZ_B)/fuzz_wire: $(FUZZ_WIRE_OBJ)
 	$(FUZZ_CC) $(FUZZ_SAN) -o $@ $^ $(PC_LIBS_BROKER)
 
-fuzz: $(FUZZ_B)/fuzz_wire
-	rm -rf $(FUZZ_B)/corpus && mkdir -p $(FUZZ_B)/corpus
-	cp tests/fuzz/corpus_wire/* $(FUZZ_B)/corpus/
-	$(FUZZ_B)/fuzz_wire $(FUZZ_OPTS) -artifact_prefix=$(FUZZ_B)/ $(FUZZ_B)/corpus
+$(FUZZ_B)/fuzz_%: $(FUZZ_B)/tests/fuzz/fuzz_%.o $(FUZZ_BROKER_LIB)
+	$(FUZZ_CC) $(FUZZ_SAN) -o $@ $^ $(PC_LIBS_BROKER) $(PC_LIBS_CORE) -lpthread
+
+.PHONY: $(FUZZ_TARGETS:%=fuzz-%)
+$(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(FUZZ_B)/fuzz_%
+	rm -rf $(FUZZ_B)/corpus_$* && mkdir -p $(FUZZ_B)/corpus_$*
+	cp tests/fuzz/corpus_$*/* $(FUZZ_B)/corpus_$*/
+	$(FUZZ_B)/fuzz_$* $(FUZZ_OPTS) -artifact_prefix=$(FUZZ_B)/$*- $(FUZZ_B)/corpus_$*
+
+# One after another, whatever -j says: the total time is FUZZ_SECONDS per target.
+fuzz: $(FUZZ_TARGETS:%=$(FUZZ_B)/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do $(MAKE) --no-print-directory fuzz-$$t || exit 1; done
 
 # ---- static analysis -------------------------------------------------------
 # cppcheck and clang-tidy (Debian 12's: 2.10 and 14) over the C sources of
