@@ -262,13 +262,14 @@ bench: $(BENCH_BIN)
 # first, so new inputs are never written into the tree. Any crash, leak,
 # timeout or RSS blow-up fails the target.
 #   wire   the control plane's wire codec
-# Targets that need a broker run on one built of pdbroker's own parts
+#   ring   what agents submit through their rings, as the broker takes it
+# ring runs on a broker of pdbroker's own parts
 # (tests/fuzz/fuzz_broker.h) with a fake control plane linked in place of
 # broker/ctrl/pd_ctrl*.c (tests/fuzz/fuzz_ctrl.c) and a fake transport
 # (fuzz_xport.c): no socket to a peer, nothing dialled.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := wire
+FUZZ_TARGETS := wire ring
 FUZZ_B       := build/fuzz
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS   = -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) $(WARN) $(PC_CFLAGS)
