@@ -264,13 +264,14 @@ bench: $(BENCH_BIN)
 #   wire   the control plane's wire codec
 #   ring   what agents submit through their rings, as the broker takes it
 #   admin  admin socket requests, as the broker parses and runs them
-# ring and admin run on a broker of pdbroker's own parts
+#   shm    agent-writable shared memory scribbled between broker steps
+# ring, admin and shm run on a broker of pdbroker's own parts
 # (tests/fuzz/fuzz_broker.h) with a fake control plane linked in place of
 # broker/ctrl/pd_ctrl*.c (tests/fuzz/fuzz_ctrl.c) and a fake transport
 # (fuzz_xport.c): no socket to a peer, nothing dialled.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := wire ring admin
+FUZZ_TARGETS := wire ring admin shm
 FUZZ_B       := build/fuzz
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS   = -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) $(WARN) $(PC_CFLAGS)
