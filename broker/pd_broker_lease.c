@@ -50,15 +50,33 @@ void pd_broker_leases_fini(struct pd_broker *b)
 	b->free_later = NULL;
 }
 
+/*
+ * A free is all or nothing. When one ref is not the broker's any more (an
+ * agent freed a slot it had put, and it may be someone else's now), the
+ * others still go back, one by one (each ref's generation keeps the free
+ * off a slot handed out again). When the pool's lock is not to be had now
+ * (held, or being made new), each is tried again at the next look.
+ */
 void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n)
 {
-	if (pd_pool_free(&b->shm.send, refs, n) == 0)
-		return;
-	/* The pool's lock is not to be had now (held, or being made new), or a
-	 * ref is stale: each is tried again, alone, at the next look. */
-	for (uint32_t i = 0; i < n && b->nfree_later < b->shm.send.nslots; i++)
-		b->free_later[b->nfree_later++] = refs[i];
-	PD_LOG_RL(WARN, slot, "%u staging slots not freed yet: tried again shortly", n);
+	uint32_t behind = 0, later = 0;
+	int rc = pd_pool_free(&b->shm.send, refs, n);
+
+	for (uint32_t i = 0; rc < 0 && i < n; i++) {
+		int one = rc == -ESTALE ? pd_pool_free(&b->shm.send, &refs[i], 1) : rc;
+
+		behind += one == -ESTALE || one == -EINVAL;
+		if (one < 0 && one != -ESTALE && one != -EINVAL &&
+		    b->nfree_later < b->shm.send.nslots) {
+			b->free_later[b->nfree_later++] = refs[i];
+			later++;
+		}
+	}
+	if (behind)
+		PD_LOG_RL(WARN, slot, "%u staging slots were freed behind the broker's back", behind);
+	if (later)
+		PD_LOG_RL(WARN, slot, "%u staging slots not freed yet (%s): tried again shortly",
+			  later, pd_strerror(rc));
 }
 
 /* The frees that failed, again; a stale ref (freed meanwhile) is dropped. */

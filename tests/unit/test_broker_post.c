@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The broker posting a batch's writes (pd_broker_xport_post) through a
- * recording transport: every transfer carries its staging bytes (the
- * interface's promise, pd_xfer.h). A staging slot whose descriptor was
- * rewritten in shared memory after the broker took it (an agent may write
- * the send pool) refuses the batch before anything is posted.
+ * The broker's staging slots on the way out. Posting a batch's writes
+ * (pd_broker_xport_post) through a recording transport: every transfer
+ * carries its staging bytes (the interface's promise, pd_xfer.h), and a
+ * staging slot whose descriptor was rewritten in shared memory after the
+ * broker took it (an agent may write the send pool) refuses the batch
+ * before anything is posted. Freeing them when the batch is done (the
+ * sender engine's free_slots): one freed behind the broker's back does not
+ * keep the others.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -153,6 +156,35 @@ static void test_freed_descriptor_refuses_batch(void **state)
 	assert_int_equal(f->x.n, 0);
 }
 
+/* An agent freed one of the slots it had put: the broker's free of the
+ * batch still gives the other back. */
+static void test_free_after_one_freed_behind(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(pd_pool_free(&f->b.shm.send, &f->ref[1], 1), 0);
+	pd_broker_tx_ops.free_slots(&f->b, f->ref, 2);
+	assert_int_equal(pd_pool_nfree(&f->b.shm.send), SLOTS);
+}
+
+/* One of them freed and handed out again: that one is left to its new
+ * holder, the other goes back. */
+static void test_free_after_one_reused(void **state)
+{
+	struct fx *f = *state;
+	struct pd_pool_who who = { .owner = 2, .pid = 1, .state = PD_SLOT_LOANED };
+	pd_slot_ref again[SLOTS - 1];
+	struct pd_slot_desc d;
+
+	assert_int_equal(pd_pool_free(&f->b.shm.send, &f->ref[0], 1), 0);
+	assert_int_equal(pd_pool_alloc(&f->b.shm.send, &who, SLOTS - 1, 0, again), 0);
+	pd_broker_tx_ops.free_slots(&f->b, f->ref, 2);
+	assert_int_equal(pd_pool_nfree(&f->b.shm.send), 1);
+	assert_int_equal(pd_pool_desc_get(&f->b.shm.send, PD_SLOT_REF_IDX(f->ref[0]), &d), 0);
+	assert_int_equal(d.owner, 2);
+	assert_int_equal(d.state, PD_SLOT_LOANED);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -161,6 +193,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_freed_descriptor_refuses_batch, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_free_after_one_freed_behind, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_after_one_reused, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
