@@ -25,6 +25,7 @@
 #define IDLE_NS      (2 * TOMBSTONE_NS)
 
 static char rundir[64];
+static struct fzb *live; /* the broker built last and not destroyed yet */
 
 void fzb_die(const char *what, int rc)
 {
@@ -37,6 +38,13 @@ static void rundir_remove(void)
 	(void)rmdir(rundir);
 }
 
+/* A target keeps its broker for the run: at exit its socket goes. */
+static void live_destroy(void)
+{
+	if (live)
+		fzb_destroy(live);
+}
+
 /* One directory per process for the attach socket; quiet logs. */
 static void once(void)
 {
@@ -46,6 +54,7 @@ static void once(void)
 	if (!mkdtemp(rundir))
 		fzb_die("mkdtemp", -errno);
 	(void)atexit(rundir_remove);
+	(void)atexit(live_destroy); /* first: the directory is empty after it */
 	pd_log_set_level(getenv("FUZZ_LOG") ? PD_LOG_DEBUG : PD_LOG_NONE);
 }
 
@@ -134,6 +143,9 @@ static int make_shm(struct pd_broker *b)
 	if (rc < 0)
 		return rc;
 	b->have_shm = 1;
+	/* Agents get its fd: no name is needed, and none is left in /dev/shm
+	 * whatever ends the run. */
+	(void)pd_segment_unlink(b->cfg.name);
 	if (b->shm.has_recv) {
 		b->grant = calloc(b->shm.recv.nslots, sizeof(*b->grant));
 		b->slot_len = calloc(b->shm.recv.nslots, sizeof(*b->slot_len));
@@ -241,10 +253,13 @@ void fzb_create(struct fzb *f, uint32_t send_slots, uint32_t recv_slots)
 	if (rc < 0)
 		fzb_die("broker", rc);
 	pd_segment_publish(&f->b->shm.seg);
+	live = f;
 }
 
 void fzb_destroy(struct fzb *f)
 {
+	if (live == f)
+		live = NULL;
 	pd_broker_destroy(f->b); /* what it did not make is NULL */
 	if (f->kick >= 0)
 		(void)close(f->kick);
