@@ -21,19 +21,55 @@
 #define PD_BUILD_DIR "build/release"
 #endif
 
-int pd_test_free_port(void)
+/* Is port free on 127.0.0.1 now (0: the kernel's pick)? The port, or -1. */
+static int try_port(int port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001),
+				 .sin_port = htons((uint16_t)port) };
 	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), got = -1;
 
 	if (fd < 0)
-		return -errno;
+		return -1;
 	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
 	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
+		got = ntohs(a.sin_port);
 	(void)close(fd);
-	return port;
+	return got;
+}
+
+/* The low end of the kernel's ephemeral range (what "port 0" picks from). */
+static int ephemeral_low(void)
+{
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+	int lo = 32768;
+
+	if (f) {
+		if (fscanf(f, "%d", &lo) != 1)
+			lo = 32768;
+		(void)fclose(f);
+	}
+	return lo;
+}
+
+/*
+ * A port below the ephemeral range, so that no listener bound to port 0
+ * meanwhile (a broker's --data 127.0.0.1:0) can be given it between this
+ * call and its use; the kernel's pick when that range is too narrow.
+ */
+int pd_test_free_port(void)
+{
+	static unsigned int seq;
+	int lo = 20000, hi = ephemeral_low();
+
+	for (int i = 0; hi - lo >= 1000 && i < 64; i++) {
+		unsigned int r = (unsigned int)getpid() * 2654435761u + seq++ * 40503u;
+		int port = try_port(lo + (int)(r % (unsigned int)(hi - lo)));
+
+		if (port > 0)
+			return port;
+	}
+	return try_port(0);
 }
 
 /* PD_TEST_BIN_DIR (e.g. in the RDMA guest, where programs are copied
