@@ -108,7 +108,8 @@ int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *
 	atomic_store_explicit(&ag->o.shm->agents->slot[id - 1].state, PD_AGENT_FENCED,
 			      memory_order_release);
 	drop_pending(e);
-	if (kill(pid, SIGKILL) == 0) { /* its socket closes as it dies: detach() */
+	errno = EPERM; /* never ourselves (an agent of the broker's own process) */
+	if (pid != getpid() && kill(pid, SIGKILL) == 0) { /* its socket closes as it dies */
 		PD_LOG(WARN, ctl, "agent %u (pid %d) fenced: %s; killed", id, pid, why);
 		return 0;
 	}

@@ -54,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 struct pin {
 	char key[16];
 	uint32_t cell;
+	uint64_t rec;    /* the hazard the cell holds for it */
 };
 
 struct agent {
@@ -131,7 +132,7 @@ static struct span agent_area(struct shm_fx *x, uint32_t i, uint32_t a)
 	case 4: return span_of(sq->elems, (size_t)sq->size * sq->esize);
 	case 5: return span_of(x->ag[a].a.cq.r, sizeof(*sq->r));
 	default: return span_of(pd_layout_pins(shm, a),
-				pd_layout_pins_count(shm) * sizeof(uint32_t));
+				pd_layout_pins_count(shm) * sizeof(uint64_t));
 	}
 }
 
@@ -260,7 +261,7 @@ static void req_op(struct shm_fx *x, struct agent *g, uint32_t op, uint32_t k)
  * finds empty, as libpdagent does. */
 static void pin(struct shm_fx *x, struct agent *g, uint32_t arg)
 {
-	_Atomic uint32_t *j = pd_layout_pins(&x->f.b->shm, g->a.id - 1);
+	_Atomic uint64_t *j = pd_layout_pins(&x->f.b->shm, g->a.id - 1);
 	uint32_t n = pd_layout_pins_count(&x->f.b->shm), cell = 0;
 	struct pd_index_val v;
 	struct pin *p;
@@ -274,20 +275,21 @@ static void pin(struct shm_fx *x, struct agent *g, uint32_t arg)
 	p = &g->pin[g->npins];
 	(void)snprintf(p->key, sizeof(p->key), "r%u.%u", arg % NREQS, (arg / NREQS) % REQ_CHUNKS);
 	p->cell = cell;
-	if (pd_index_pin_rec(&x->f.b->shm.index, p->key, (uint32_t)strlen(p->key), &v,
-			     &j[cell]) >= 0)
+	if (pd_index_pin(&x->f.b->shm.index, p->key, (uint32_t)strlen(p->key), &v,
+			 &j[cell]) == 0) {
+		p->rec = v.hazard;
 		g->npins++;
+	}
 }
 
 /* Drop every pin, then tell the broker (PD_SQ_PINS_DROPPED). */
 static void unpin_all(struct shm_fx *x, struct agent *g)
 {
-	_Atomic uint32_t *j = pd_layout_pins(&x->f.b->shm, g->a.id - 1);
+	_Atomic uint64_t *j = pd_layout_pins(&x->f.b->shm, g->a.id - 1);
 	struct pd_sqe e = { .op = PD_SQ_PINS_DROPPED };
 
 	for (uint32_t i = 0; j && i < g->npins; i++)
-		(void)pd_index_unpin_rec(&x->f.b->shm.index, g->pin[i].key,
-					 (uint32_t)strlen(g->pin[i].key), &j[g->pin[i].cell]);
+		(void)pd_index_unpin(&j[g->pin[i].cell], g->pin[i].rec);
 	g->npins = 0;
 	(void)fzp_submit(&x->f, &g->a, &e, 1);
 }
