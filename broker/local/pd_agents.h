@@ -98,9 +98,9 @@ void pd_agents_kick(struct pd_agents *ag, uint32_t id);
  * longer served and its process is sent SIGKILL, since it can still write
  * the staging memory it was loaned, which is given to others only once it
  * cannot: its socket closes as it dies and on_detach runs as for any agent
- * gone. When it cannot be killed (another user's), its pins are dropped and
- * on_fence runs now; its loans wait for its detach or exit. The id is not
- * given to a new agent meanwhile. @return 0; -ENOENT not attached, or not
+ * gone. When it cannot be killed (another user's, or the broker's own
+ * process), its pins are dropped and on_fence runs now; its loans wait for
+ * its detach or exit. The id is not given to a new agent meanwhile. @return 0; -ENOENT not attached, or not
  * as pid.
  */
 int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *why);
