@@ -126,7 +126,7 @@ DEPS_STAMP := build/.deps-ok
 .SECONDARY:
 .DEFAULT_GOAL := all
 
-all: $(LIBCORE) $(LIBBROKER) $(LIBAGENT) $(BINS)
+all: $(LIBCORE) $(LIBBROKER) $(LIBAGENT) $(BINS) python
 
 help:
 	@echo "make            build libpdcore.a, libpdagent.so and the programs"
@@ -211,6 +211,40 @@ $(B)/tests/bench/%: $(B)/tests/bench/%.o $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKE
 		$(PDBROKER)
 	$(CC) -o $@ $< $(SUPPORT_OBJ) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE) $(LDFLAGS_ALL) \
 		$(PC_LIBS_BROKER) $(LDLIBS_ALL)
+
+# ---- Python binding --------------------------------------------------------
+# pdkv for Python: a CPython extension (python/pdkv/*.c) over libpdagent.a,
+# so it needs no libpdagent.so at run time, and the package's .py files,
+# built into $(B)/python (PYTHONPATH=$(B)/python). Debian's python3 (and
+# its python3-dev, python3-numpy, python3-pytest from tools/deps.sh).
+PYTHON  ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PY_INC   = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+PY_EXT   = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+PY_VER   = $(shell $(PYTHON) -c "import sys; print('%d.%d' % sys.version_info[:2])")
+PY_B    := $(B)/python/pdkv
+PY_CSRC := $(wildcard python/pdkv/*.c)
+PY_OBJ  := $(PY_CSRC:%.c=$(B)/%.o)
+PY_FILES := $(wildcard python/pdkv/*.py python/pdkv/*.pyi python/pdkv/py.typed)
+PY_OUT  := $(PY_FILES:python/pdkv/%=$(PY_B)/%)
+PY_SO    = $(PY_B)/_pdkv$(PY_EXT)
+# Installed where Debian's python3 looks: /usr/local/lib/pythonX.Y/dist-packages
+# for /usr/local, PREFIX/lib/python3/dist-packages otherwise.
+PY_DEST  = $(if $(filter /usr/local,$(PREFIX)),$(PREFIX)/lib/python$(PY_VER)/dist-packages,$(PREFIX)/lib/python3/dist-packages)
+
+.PHONY: python
+python: $(PY_OUT) $(PY_B)/.so-ok
+
+$(B)/python/%.o: INC = $(INC_CORE) -Iagent -isystem $(PY_INC)
+# CPython 3.11 takes keyword lists as char *[]: string literals stay char here.
+$(B)/python/%.o: CFLAGS_ALL += -fvisibility=hidden -Wno-missing-field-initializers -Wno-write-strings
+
+$(PY_B)/.so-ok: $(PY_OBJ) $(LIBAGENT_A) $(LIBCORE)
+	$(CC) -shared -o $(PY_SO) $(PY_OBJ) $(LIBAGENT_A) $(LIBCORE) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+	@touch $@
+
+$(PY_B)/%: python/pdkv/%
+	@mkdir -p $(@D)
+	cp $< $@
 
 # ---- tests -----------------------------------------------------------------
 # Every header compiles on its own.

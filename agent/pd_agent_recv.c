@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pd_agent_ext.h"
 #include "pd_agent_int.h"
 
 static int recv_side(const struct pd_agent *a)
@@ -39,6 +40,12 @@ static int ask(struct pd_agent *a, uint32_t op, const char *req_id, uint32_t arg
 int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 		 struct pd_recv_info *info)
 {
+	return pd_ag_recv_wait_tag(a, req_id, timeout_ms, info, NULL);
+}
+
+int pd_ag_recv_wait_tag(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
+			struct pd_recv_info *info, uint64_t *req_tag)
+{
 	struct pd_cqe c;
 	int rc;
 	AG_LOG_SCOPE(a);
@@ -57,6 +64,8 @@ int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 	memset(info, 0, sizeof(*info));
 	info->chunks = c.chunks;
 	info->status = c.status;
+	if (req_tag)
+		*req_tag = c.req_tag;
 	return 0;
 }
 
@@ -141,6 +150,12 @@ static void settle_cell(struct pd_agent *a, uint32_t cell, int pinned, uint64_t 
 int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const void **ptr,
 		   uint32_t *len)
 {
+	return pd_ag_recv_lookup_tag(a, key, klen, ptr, len, NULL);
+}
+
+int pd_ag_recv_lookup_tag(struct pd_agent *a, const void *key, uint32_t klen,
+			  const void **ptr, uint32_t *len, uint64_t *req_tag)
+{
 	struct pd_index_val v;
 	const void *data = NULL;
 	int cell, rc;
@@ -165,6 +180,8 @@ int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const voi
 		return rc;
 	*ptr = data;
 	*len = v.len;
+	if (req_tag)
+		*req_tag = v.req;
 	return 0;
 }
 
@@ -211,6 +228,11 @@ void pd_ag_unpin_all(struct pd_agent *a)
 
 int pd_recv_release(struct pd_agent *a, const char *req_id)
 {
+	return pd_ag_recv_release_tag(a, req_id, NULL);
+}
+
+int pd_ag_recv_release_tag(struct pd_agent *a, const char *req_id, uint64_t *req_tag)
+{
 	struct pd_cqe c;
 	int rc;
 	AG_LOG_SCOPE(a);
@@ -220,6 +242,8 @@ int pd_recv_release(struct pd_agent *a, const char *req_id)
 	rc = ask(a, PD_SQ_RECV_RELEASE, req_id, 0, AG_ASK_MS, &c);
 	if (rc < 0)
 		return rc;
+	if (req_tag)
+		*req_tag = c.req_tag;
 	/* The broker freed what no one pins; our pinned slots go when we
 	 * unpin, and telling it lets it free them now, not at its next tick. */
 	if (unpin_request(a, c.req_tag)) {
