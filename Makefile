@@ -142,7 +142,8 @@ help:
 	@echo "make fuzz-NAME  one of them (e.g. make fuzz-wire FUZZ_SECONDS=300)"
 	@echo "make lint       cppcheck and clang-tidy over shm/ agent/ broker/ tools/ (known findings: tools/lint-suppress.txt)"
 	@echo "make deps       install the Debian packages pdkv needs (root), or print the command"
-	@echo "make install    PREFIX=$(PREFIX) DESTDIR=: programs, libpdagent.so, headers, pdkv.pc"
+	@echo "make python     the Python binding into $(B)/python (PYTHONPATH=$(B)/python)"
+	@echo "make install    PREFIX=$(PREFIX) DESTDIR=: programs, libpdagent.so, headers, pdkv.pc, the pdkv Python package"
 	@echo "make clean      remove build/"
 	@echo "options: SAN=asan|tsan, LOOPS=N (repeat the test run), CI=true (-Werror)"
 
@@ -150,10 +151,10 @@ help:
 deps:
 	@tools/deps.sh install
 
-# Runs tools/deps.sh only when a pkg-config module is missing.
+# Runs tools/deps.sh install when a package it names is missing.
 $(DEPS_STAMP): tools/deps.sh
 	@mkdir -p $(@D)
-	@pkg-config --exists $(PC_MODULES) 2>/dev/null || tools/deps.sh install
+	@tools/deps.sh check >/dev/null 2>&1 || tools/deps.sh install || true
 	@pkg-config --exists $(PC_MODULES) || { echo "missing: $(PC_MODULES)"; exit 1; }
 	@touch $@
 
@@ -223,7 +224,7 @@ PY_EXT   = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_va
 PY_VER   = $(shell $(PYTHON) -c "import sys; print('%d.%d' % sys.version_info[:2])")
 PY_B    := $(B)/python/pdkv
 PY_CSRC := $(wildcard python/pdkv/*.c)
-PY_OBJ  := $(PY_CSRC:%.c=$(B)/%.o)
+PY_OBJ  := $(PY_CSRC:python/pdkv/%.c=$(B)/pyobj/%.o)
 PY_FILES := $(wildcard python/pdkv/*.py python/pdkv/*.pyi python/pdkv/py.typed)
 PY_OUT  := $(PY_FILES:python/pdkv/%=$(PY_B)/%)
 PY_SO    = $(PY_B)/_pdkv$(PY_EXT)
@@ -231,12 +232,20 @@ PY_SO    = $(PY_B)/_pdkv$(PY_EXT)
 # for /usr/local, PREFIX/lib/python3/dist-packages otherwise.
 PY_DEST  = $(if $(filter /usr/local,$(PREFIX)),$(PREFIX)/lib/python$(PY_VER)/dist-packages,$(PREFIX)/lib/python3/dist-packages)
 
-.PHONY: python
-python: $(PY_OUT) $(PY_B)/.so-ok
+.PHONY: python python-build
+# Skipped, saying so, where Python's headers are missing (a user without
+# root on a machine without python3-dev): the C parts do not need them.
+python: | $(DEPS_STAMP)
+	@if [ -f "$(PY_INC)/Python.h" ]; then $(MAKE) --no-print-directory python-build; \
+	else echo "python: skipped: no $(PY_INC)/Python.h (apt-get install python3-dev)"; fi
 
-$(B)/python/%.o: INC = $(INC_CORE) -Iagent -isystem $(PY_INC)
+python-build: $(PY_OUT) $(PY_B)/.so-ok
+
 # CPython 3.11 takes keyword lists as char *[]: string literals stay char here.
-$(B)/python/%.o: CFLAGS_ALL += -fvisibility=hidden -Wno-missing-field-initializers -Wno-write-strings
+PY_CFLAGS = -isystem $(PY_INC) -fvisibility=hidden -Wno-missing-field-initializers -Wno-write-strings
+$(B)/pyobj/%.o: python/pdkv/%.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(INC_CORE) -Iagent $(CFLAGS_ALL) $(PY_CFLAGS) -MMD -MP -c $< -o $@
 
 $(PY_B)/.so-ok: $(PY_OBJ) $(LIBAGENT_A) $(LIBCORE)
 	$(CC) -shared -o $(PY_SO) $(PY_OBJ) $(LIBAGENT_A) $(LIBCORE) $(LDFLAGS_ALL) $(LDLIBS_ALL)
@@ -267,9 +276,13 @@ check-symbols: $(LIBAGENT) $(LIBAGENT_A) $(LIBBROKER) $(LIBCORE)
 	echo "check-symbols: libpdagent.so exports, and the libraries define, only pd_* symbols"
 
 # it_metrics scrapes with curl (installed by tools/deps.sh; skipped, saying so, without).
-test: check-headers check-symbols $(UNIT_BIN) $(IT_BIN)
+# The Python tests run on the release build only (a sanitizer build's
+# extension cannot load into an interpreter built without it).
+PY_TEST := $(if $(SAN),,tests/python/pytest.sh)
+test: check-headers check-symbols $(UNIT_BIN) $(IT_BIN) $(if $(SAN),,python)
 	@command -v curl >/dev/null 2>&1 || tools/deps.sh install || true
-	@PD_TEST_LOOPS=$(LOOPS) tests/run.sh $(UNIT_BIN) $(IT_BIN)
+	@PD_TEST_LOOPS=$(LOOPS) PD_BUILD_DIR=$(abspath $(B)) PD_PYTHON=$(PYTHON) \
+		tests/run.sh $(UNIT_BIN) $(IT_BIN) $(PY_TEST)
 
 check:
 	@$(MAKE) --no-print-directory SAN=asan test
@@ -385,6 +398,9 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define PD_VERSION_STRING "\(.*\)"/\1/p' include/pdkv/version.h)|' \
 		agent/pdkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/pdkv.pc
 	@tools/install-ldconfig.sh "$(DESTDIR)" "$(PREFIX)/lib"
+	install -d $(DESTDIR)$(PY_DEST)/pdkv
+	install -m 0644 $(PY_FILES) $(DESTDIR)$(PY_DEST)/pdkv/
+	install -m 0755 $(PY_SO) $(DESTDIR)$(PY_DEST)/pdkv/
 
 clean:
 	rm -rf build

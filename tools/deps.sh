@@ -5,8 +5,10 @@
 set -euo pipefail
 
 # curl: the HTTP client of the --metrics-listen tests (it_metrics).
+# python3-*: the Python binding (python/pdkv), its tests and make demo-llm.
 PKGS=(build-essential pkg-config clang libclang-rt-14-dev clang-tidy cppcheck libcmocka-dev libxxhash-dev libzmq3-dev libbsd-dev
-      libmsgpack-dev libjansson-dev libibverbs-dev librdmacm-dev curl)
+      libmsgpack-dev libjansson-dev libibverbs-dev librdmacm-dev curl
+      python3 python3-dev python3-numpy python3-pytest)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -11,5 +11,9 @@ if ! "$py" -c 'import pytest, numpy' 2>/dev/null; then
 	exit 77
 fi
 export PD_BUILD_DIR=${PD_BUILD_DIR:-$here/../../build/release}
+if ! compgen -G "$PD_BUILD_DIR/python/pdkv/_pdkv*.so" >/dev/null; then
+	echo "skipped: no Python binding in $PD_BUILD_DIR/python (make python; needs python3-dev)"
+	exit 77
+fi
 export PYTHONDONTWRITEBYTECODE=1
 cd "$here" && exec "$py" -m pytest -q -p no:cacheprovider "$here" "$@"
