@@ -137,6 +137,7 @@ help:
 	@echo "make test-rdma  the RDMA transport on SoftRoCE in a qemu guest (apt installs qemu and a kernel; skips visibly without)"
 	@echo "make test-netfault  loss, rate limit, link down, data-port blackhole between brokers in network namespaces (root; skips visibly without)"
 	@echo "make bench      micro-benchmarks (shm core, receiver engine) beside their baselines"
+	@echo "make bench-python  the Python binding beside C: per-call cost, worker throughput (BENCH_ARGS=--runs 3)"
 	@echo "make compare-peers  pdbench beside iperf3 and UCX on this machine (COMPARE_ARGS=--quick)"
 	@echo "make fuzz       the libFuzzer targets ($(FUZZ_TARGETS)) one after another, FUZZ_SECONDS=$(FUZZ_SECONDS) each (clang, build/fuzz)"
 	@echo "make fuzz-NAME  one of them (e.g. make fuzz-wire FUZZ_SECONDS=300)"
@@ -300,6 +301,11 @@ tsan-run: $(TSAN_BIN) $(TSAN_UNIT)
 
 bench: $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do $$b $(BENCH_ARGS) || exit 1; done
+
+# The Python binding beside C in one run: per-call cost, worker throughput.
+.PHONY: bench-python
+bench-python: python $(PDBENCH) $(PDBROKER)
+	@PD_BUILD_DIR=$(abspath $(B)) $(PYTHON) tests/bench/bench_python.py $(BENCH_ARGS)
 
 # ---- fuzzing ---------------------------------------------------------------
 # libFuzzer targets with ASan + UBSan, built by clang into build/fuzz (their

@@ -96,4 +96,7 @@ PyObject *pdpy_agent_recv_wait(PyObject *o, PyObject *args, PyObject *kw);
 PyObject *pdpy_agent_lookup(PyObject *o, PyObject *key);
 PyObject *pdpy_agent_recv_release(PyObject *o, PyObject *req);
 
+/* The benchmark's C loop (_pdkv_bench.c). */
+PyObject *pdpy_c_loop(PyObject *mod, PyObject *args);
+
 #endif

@@ -254,6 +254,9 @@ static PyObject *py_error_of(PyObject *self, PyObject *arg)
 }
 
 static PyMethodDef methods[] = {
+	{ "_c_loop", pdpy_c_loop, METH_VARARGS,
+	  "_c_loop(agent, what, req_id, n) -> seconds: n calls of req_state or alloc_release "
+	  "in C (the baseline of the binding's per-call benchmark)." },
 	{ "error_of", py_error_of, METH_O,
 	  "error_of(status) -> PdkvError | None: the exception (not raised) of a failure status "
 	  "such as Event.status or RecvInfo.status (a negative errno); None for 0." },
