@@ -28,7 +28,11 @@ request is in place.
 
 Failures are per request, never an exception inside a layer: a failed
 request is reported finished (so the engine frees its blocks) and its
-error is in failures().
+error is in failures(); the rest of its saves in that step are dropped.
+
+A decode group (tp_size > 1) consumes a request once every rank has
+copied its part: each rank's connector releases its own, and the broker
+frees the request after the last rank's release.
 """
 import queue
 import threading
@@ -86,6 +90,7 @@ class KVConnector:
         self.caches = {}
         self._send, self._recv = {}, {}
         self._sent, self._received, self._failed = set(), set(), {}
+        self._gone = set()  # ended since the last get_finished(): their saves are dropped
         self.stats = {}  # req_id -> (bytes, seconds from declare/start to done)
         self._ready = queue.Queue()
         self._todo = queue.Queue()
@@ -120,6 +125,7 @@ class KVConnector:
             self._load_ready()
         sent, received = self._sent, self._received
         self._sent, self._received = set(), set()
+        self._gone = set()
         return sent, received
 
     def failures(self):
@@ -137,6 +143,7 @@ class KVConnector:
 
     def _fail(self, req_id, err):
         self._failed[req_id] = err
+        self._gone.add(req_id)
         (self._sent if self.role == "sender" else self._received).add(req_id)
 
     # ---- sender ------------------------------------------------------------------------
@@ -154,6 +161,8 @@ class KVConnector:
         request, block id in the cache), ...]}. Stages those of admitted requests."""
         for req_id, lst in blocks.items():
             r = self._send.get(req_id)
+            if r is None and req_id in self._gone:
+                continue  # ended in this step (get_finished() reports it): nothing to send
             if r is None:
                 raise KeyError("save_kv_layer: %s was not declared" % req_id)
             r.pending.extend((layer, b, bid) for b, bid in lst)
@@ -246,6 +255,12 @@ class KVConnector:
         of every layer. Returns at once."""
         self._recv[req_id] = _Recv(block_ids)
         self._todo.put(req_id)
+
+    def cancel_load(self, req_id):
+        """Forget a started load (the engine learnt the request failed on the
+        prefill side, or dropped it): it is not reported. Returns at once."""
+        if self._recv.pop(req_id, None) is not None:
+            self._release(req_id)
 
     def wait_for_layer_load(self, layer, timeout=None):
         """Block until this layer of every started request is in the cache (or the
