@@ -313,7 +313,8 @@ int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
  * cells (pins held at once, all requests together).
  * @return 0 with *ptr / *len; -ENOENT not (yet) here; -EINVAL; -ENOSPC this
  *         agent holds as many pins as its journal records (release a
- *         request first): no pin taken.
+ *         request first): no pin taken; -ENOTCONN the broker is gone (as
+ *         another call, or the segment's state, has seen).
  */
 int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const void **ptr,
 		   uint32_t *len);

@@ -342,7 +342,10 @@ static PyMethodDef agent_methods[] = {
 	  "request. PdkvNotFound: not (yet) here; PdkvNoSpace: the pin journal is full." },
 	{ "recv_release", pdpy_agent_recv_release, METH_O,
 	  "recv_release(req_id): the request is consumed: its chunks' pins go and the broker "
-	  "frees its slots. BufferError while a view of one of its chunks is alive." },
+	  "frees its slots (in a decode group, once every rank released it). BufferError "
+	  "while a view of one of its chunks is alive; PdkvBusy before every chunk is here "
+	  "(recv_wait first); PdkvNotFound for a request that failed or ended (its pins "
+	  "go all the same)." },
 	{ NULL, NULL, 0, NULL },
 };
 

@@ -182,6 +182,24 @@ static uint64_t known_tag(pdpy_agent *self, PyObject *req, int *known)
 	return v ? PyLong_AsUnsignedLongLong(v) : 0;
 }
 
+/* Not recv_wait()ed: ask the broker once (a round trip: a request that can
+ * be released is complete, so it answers at once) for the request's tag.
+ * 0 learnt; -1 not (no exception set). */
+static int learn_tag(pdpy_agent *self, PyObject *req)
+{
+	struct pd_recv_info info;
+	uint64_t tag = 0;
+	int rc;
+
+	NOGIL_BEGIN(self);
+	rc = pd_ag_recv_wait_tag(self->a, PyBytes_AS_STRING(req), 0, &info, &tag);
+	NOGIL_END(self);
+	if (rc == 0 && tag && remember_tag(self, req, tag) == 0)
+		return 0;
+	PyErr_Clear();
+	return -1;
+}
+
 PyObject *pdpy_agent_recv_release(PyObject *o, PyObject *req)
 {
 	pdpy_agent *self = (pdpy_agent *)o;
@@ -193,6 +211,8 @@ PyObject *pdpy_agent_recv_release(PyObject *o, PyObject *req)
 	if (pdpy_open_or_raise(self) < 0 || !(rb = pdpy_bytes_arg(req, "req_id", PD_REQ_ID_MAX)))
 		return NULL;
 	tag = known_tag(self, rb, &known);
+	if (!known && learn_tag(self, rb) == 0)
+		tag = known_tag(self, rb, &known);
 	for (struct pdpy_buf *b = self->bufs; b; b = b->next)
 		if (may_end(self, b, tag, known))
 			views += b->exports;

@@ -26,6 +26,17 @@ _START_S = 10.0
 _STOP_S = 10.0
 
 
+def _die_with_parent():
+    """In the broker child: SIGKILL when the thread that started it ends (Linux
+    prctl; start brokers from a thread that outlives them, e.g. the main one),
+    so a killed test or script leaves no daemon behind."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def pdbroker_path():
     """The pdbroker program this package uses (see the module's doc)."""
     env = os.environ.get("PDKV_PDBROKER")
@@ -81,7 +92,7 @@ class LocalBroker:
         try:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=_die_with_parent)
             self._wait_ready()
         except BaseException:
             self.stop()
@@ -114,7 +125,9 @@ class LocalBroker:
         return Agent(broker=self.name, rundir=self.rundir, roles=roles, **kw)
 
     def stop(self):
-        """SIGTERM (SIGKILL after 10 s), then remove the rundir. Idempotent."""
+        """SIGTERM (SIGKILL after 10 s), then remove the rundir, and the segment
+        of a broker that died by a signal (a broker that stops removes its own).
+        Idempotent."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -122,6 +135,11 @@ class LocalBroker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc is not None and self.proc.returncode < 0:
+            try:
+                os.unlink("/dev/shm/pdkv." + self.name)  # names are this object's own
+            except OSError:
+                pass
         self.proc = None
         if self.rundir:
             shutil.rmtree(self.rundir, ignore_errors=True)

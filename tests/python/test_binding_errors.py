@@ -315,10 +315,6 @@ def test_decode_broker_killed(decode_broker):
                 call()
 
 
-@pytest.mark.xfail(strict=True, raises=pdkv.PdkvNotFound,
-                   reason="libpdagent: pd_recv_lookup() never checks the broker: after it died "
-                   "lookup() still pins chunks (or says PdkvNotFound), although "
-                   "agent.h promises -ENOTCONN for every later call (/work/notes/py-bugs.md)")
 def test_lookup_after_the_decode_broker_died(pair, decode_broker):
     tx, rx, ep = pair
     send(tx, ep, "ld", [("ld/0", b"here")])

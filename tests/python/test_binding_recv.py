@@ -28,11 +28,6 @@ def test_recv_release_ends_only_its_own_chunks(pair):
     assert not x0.valid and not x1.valid
 
 
-@pytest.mark.xfail(strict=True, raises=BufferError,
-                   reason="binding: without recv_wait() of a request, "
-                   "recv_release() of it refuses (BufferError) while a view of ANY chunk of "
-                   "the agent lives, though its docstring says 'of one of its chunks' "
-                   "(/work/notes/py-bugs.md)")
 def test_recv_release_without_recv_wait_ignores_other_requests_views(pair):
     tx, rx, ep = pair
     send(tx, ep, "P", [("P/0", b"p")])
