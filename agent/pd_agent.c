@@ -76,10 +76,13 @@ static void close_fds(int *fds, uint32_t n)
 }
 
 /* The regions an agent writes: the pools' mutexes and condvars, the send
- * pool it allocates from, its rings and pin journal, and the send arena it
- * fills. The rest (header, recv pool, arena and index, statistics) it only
+ * pool it allocates from, its own rings and pin journal (the rest of the
+ * agents region turns read-only once our slot is known), and the send
+ * arena it fills (all of it: loans move between agents at allocation
+ * rate, and an mprotect per loan costs more than the copy of its bytes).
+ * The rest (header, recv pool, arena and index, statistics) it only
  * reads: its pins are hazards in its own journal. */
-#define AG_RW_REGIONS                                                                   \
+#define AG_RW_REGIONS \
 	((1u << PD_REGION_CONTROL) | (1u << PD_REGION_SEND_POOL) | (1u << PD_REGION_AGENTS) | \
 	 (1u << PD_REGION_SEND_ARENA))
 
@@ -105,6 +108,10 @@ static int map_segment(struct pd_agent *a, int seg_fd, const struct pd_attach_ac
 	}
 	rc = ack->agent_id >= 1 && ack->agent_id <= a->shm.max_agents ?
 	     pd_layout_rings(&a->shm, ack->agent_id - 1, &a->sq, &a->cq) : -EPROTO;
+	if (rc == 0) {
+		rc = pd_layout_protect_agents(&a->shm, ack->agent_id - 1);
+		rc = rc == -ENOTSUP ? 0 : rc;
+	}
 	if (rc < 0)
 		pd_layout_close(&a->shm);
 	else /* pd_agent_fd() turns readable for every completion */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "pd_err.h"
@@ -8,6 +9,11 @@
 static uint64_t align64(uint64_t v)
 {
 	return PD_ALIGN_UP(v, (uint64_t)PD_CACHE_LINE);
+}
+
+static uint64_t align_page(uint64_t v)
+{
+	return PD_ALIGN_UP(v, (uint64_t)PD_REGION_PAGE);
 }
 
 static uint32_t auto_buckets(uint32_t recv_slots)
@@ -38,6 +44,7 @@ static int64_t pins_for(const struct pd_layout_opts *o)
 		n = 2ull * o->recv_slots;
 		n = n < PD_PINS_MIN ? PD_PINS_MIN : n > PD_PINS_MAX ? PD_PINS_MAX : n;
 	}
+	n = PD_ALIGN_UP(n, (uint64_t)PD_PINS_ROUND); /* each journal on pages of its own */
 	return n <= PD_PINS_MAX ? (int64_t)n : -EINVAL;
 }
 
@@ -50,14 +57,16 @@ static int64_t agents_len(const struct pd_layout_opts *o, int64_t pins, struct a
 	if (s < 0 || c < 0 || o->max_agents == 0 || o->max_agents > PD_MAX_AGENTS || pins < 0 ||
 	    pins > PD_PINS_MAX)
 		return -EINVAL;
-	g->sq = align64((uint64_t)s);
-	g->cq = align64((uint64_t)c);
-	g->rings_off = align64(sizeof(struct pd_agent_table) +
-			       (uint64_t)o->max_agents * sizeof(struct pd_agent_slot));
-	g->pins_off = g->rings_off + o->max_agents * (g->sq + g->cq); /* 64-aligned */
+	/* Each agent's ring pair and journal on pages of their own, so the agent
+	 * maps them, and only them, writable (pd_layout_protect_agents()). */
+	g->sq = align_page((uint64_t)s);
+	g->cq = align_page((uint64_t)c);
+	g->rings_off = align_page(sizeof(struct pd_agent_table) +
+				  (uint64_t)o->max_agents * sizeof(struct pd_agent_slot));
+	g->pins_off = g->rings_off + o->max_agents * (g->sq + g->cq); /* page aligned */
 	g->pins = (uint32_t)pins;
-	return (int64_t)align64(g->pins_off +
-				(uint64_t)o->max_agents * g->pins * sizeof(_Atomic uint64_t));
+	return (int64_t)align_page(g->pins_off +
+				   (uint64_t)o->max_agents * g->pins * sizeof(_Atomic uint64_t));
 }
 
 /* Region lengths for o; -EINVAL with err set when o is unusable. */
@@ -312,6 +321,34 @@ _Atomic uint64_t *pd_layout_pins(struct pd_shm *s, uint32_t id)
 		return NULL;
 	return (_Atomic uint64_t *)((uint8_t *)s->agents + s->pins_off) +
 	       (uint64_t)id * s->pins_per_agent;
+}
+
+/* mprotect the pages of [p, p + len) (page aligned) to prot. */
+static int protect(void *p, uint64_t len, int prot)
+{
+	if ((uintptr_t)p % PD_REGION_PAGE || len % PD_REGION_PAGE)
+		return -ENOTSUP;
+	return len && mprotect(p, (size_t)len, prot) ? -errno : 0;
+}
+
+int pd_layout_protect_agents(struct pd_shm *s, uint32_t id)
+{
+	uint64_t jlen;
+	int rc;
+
+	if (!s || !s->agents || id >= s->max_agents)
+		return -EINVAL;
+	jlen = (uint64_t)s->pins_per_agent * sizeof(_Atomic uint64_t);
+	if (s->agents_len % PD_REGION_PAGE || s->rings_off % PD_REGION_PAGE ||
+	    (s->sq_bytes + s->cq_bytes) % PD_REGION_PAGE || jlen % PD_REGION_PAGE ||
+	    (jlen && s->pins_off % PD_REGION_PAGE))
+		return -ENOTSUP; /* laid out before journals and rings had pages of their own */
+	rc = protect((void *)(uintptr_t)s->agents, s->agents_len, PROT_READ);
+	if (rc == 0)
+		rc = protect(ring_mem(s, id, 0), s->sq_bytes + s->cq_bytes, PROT_READ | PROT_WRITE);
+	if (rc == 0 && jlen)
+		rc = protect(pd_layout_pins(s, id), jlen, PROT_READ | PROT_WRITE);
+	return rc;
 }
 
 uint32_t pd_layout_pins_count(const struct pd_shm *s)

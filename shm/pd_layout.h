@@ -22,6 +22,7 @@
 #define PD_MAX_AGENTS   256u
 #define PD_PINS_MIN     1024u  /* default journal cells per agent, at least */
 #define PD_PINS_MAX     65536u /* journal cells per agent, at most */
+#define PD_PINS_ROUND   512u   /* journal cells come in pages (512 x 8 bytes) */
 
 /* Agent slot states. */
 #define PD_AGENT_FREE     0u
@@ -87,7 +88,8 @@ struct pd_layout_opts {
 	uint64_t index_seed;
 	uint32_t mode;              /* 0: 0660 */
 	uint32_t pins_per_agent;    /* pin journal cells per agent, <= PD_PINS_MAX; 0: max(PD_PINS_MIN,
-				     * 2 x recv_slots) capped at PD_PINS_MAX; none without recv slots */
+				     * 2 x recv_slots) capped at PD_PINS_MAX; rounded up to a multiple
+				     * of PD_PINS_ROUND; none without recv slots */
 };
 
 /* Validated handles on everything in a segment. */
@@ -147,6 +149,16 @@ uint32_t pd_layout_pins_count(const struct pd_shm *s);
  * @return 0; -EINVAL bad id.
  */
 int pd_layout_pins_reclaim(struct pd_shm *s, uint32_t id, uint32_t *dropped);
+
+/**
+ * Agent: map the agents region read-only but for agent slot id's own ring
+ * pair and pin journal, so a stray write of this process into another
+ * agent's rings or journal (or the agent table) faults here.
+ * @return 0; -ENOTSUP the broker laid the region out without pages of
+ *         their own for each agent (nothing changed); -EINVAL; -errno of
+ *         mprotect.
+ */
+int pd_layout_protect_agents(struct pd_shm *s, uint32_t id);
 
 /* Detach (the creator also unlinks). NULL-safe. */
 void pd_layout_close(struct pd_shm *s);

@@ -22,7 +22,7 @@ extern "C" {
 /* ABI of the shared-memory segment between broker and agents. An agent
  * refuses a segment whose major differs or whose minor is lower than it
  * needs. */
-#define PD_SHM_ABI_MAJOR 3
+#define PD_SHM_ABI_MAJOR 4
 #define PD_SHM_ABI_MINOR 0
 
 /**

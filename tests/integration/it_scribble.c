@@ -6,6 +6,9 @@
  * (SIGSEGV in that process); the broker stays up, its header unchanged,
  * and the other agents' requests complete, every byte verified.
  *
+ * So does a write into what other agents hold in the agents region: their
+ * rings and pin journals, and the agent table.
+ *
  * And what a worker may write (the send pool it allocates from, its own
  * rings) is input: a scribbler writing garbage there while pdbench runs
  * on other agents costs pdbench nothing (every request completes and
@@ -89,6 +92,71 @@ static void test_stray_writes_fault_in_the_worker(void **state)
 		still_moves(t, req);
 	}
 	assert_int_equal(it_stat(&t->d, "info.epoch"), epoch);
+	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
+	it_stop(t, 0);
+}
+
+/* ---- what other agents hold ------------------------------------------------------ */
+
+enum stray { OTHER_RING, OTHER_JOURNAL, AGENT_TABLE };
+
+struct stray_arg {
+	const struct pd_test_broker *b;
+	enum stray what;
+	uint32_t other;              /* another attached agent's slot (0-based) */
+};
+
+/* The child: attach, then write into what another agent or the broker
+ * holds. It returns (exit 0) only if the write did not fault. */
+static int stray(void *arg)
+{
+	const struct stray_arg *s = arg;
+	struct pd_agent *a = NULL;
+	volatile uint8_t *p = NULL;
+	struct pd_ring_view sq, cq;
+
+	if (pd_test_agent_attach(s->b, PD_AGENT_RECV | PD_AGENT_SEND, &a) < 0)
+		return 2;
+	if (s->what == OTHER_RING && pd_layout_rings(&a->shm, s->other, &sq, &cq) == 0)
+		p = sq.elems; /* garbage in its entries: that agent fenced */
+	else if (s->what == OTHER_JOURNAL)
+		p = (volatile uint8_t *)(uintptr_t)pd_layout_pins(&a->shm, s->other);
+	else if (s->what == AGENT_TABLE)
+		p = (volatile uint8_t *)(uintptr_t)&a->shm.agents->slot[s->other].state;
+	if (!p)
+		return 3;
+	(void)signal(SIGSEGV, SIG_DFL);
+	p[0] = 0xff;
+	return 0;
+}
+
+static void expect_stray_faults(const struct pd_test_broker *b, enum stray what,
+				const struct pd_agent *other)
+{
+	struct stray_arg s = { .b = b, .what = what, .other = other->id - 1 };
+	pid_t pid = pd_test_fork(stray, &s);
+
+	assert_true(pid > 0);
+	assert_int_equal(pd_test_wait(pid, 10000), 128 + SIGSEGV);
+}
+
+/* A worker's stray write into another agent's rings or pin journal, or
+ * into the agent table, faults in that worker: of the agents region, its
+ * own ring pair and journal are all it may write. */
+static void test_stray_writes_into_others_fault(void **state)
+{
+	struct it *t = it_start(8, 16);
+
+	(void)state;
+	expect_stray_faults(&t->p, OTHER_RING, t->pa);
+	still_moves(t, "pring");
+	expect_stray_faults(&t->p, AGENT_TABLE, t->pa);
+	still_moves(t, "table");
+	expect_stray_faults(&t->d, OTHER_JOURNAL, t->da);
+	still_moves(t, "journal");
+	expect_stray_faults(&t->d, OTHER_RING, t->da);
+	still_moves(t, "dring");
+	assert_int_equal(it_wait_free(&t->p, 0, 8), 8);
 	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
 	it_stop(t, 0);
 }
@@ -206,6 +274,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stray_writes_fault_in_the_worker),
+		cmocka_unit_test(test_stray_writes_into_others_fault),
 		cmocka_unit_test(test_scribbler_beside_pdbench),
 	};
 

@@ -161,8 +161,8 @@ static void test_pin_journal_geometry(void **state)
 	uint32_t n;
 
 	expect_pins(f, 16, 0, PD_PINS_MIN);
-	expect_pins(f, 600, 0, 1200);
-	expect_pins(f, 16, 5, 5);
+	expect_pins(f, 600, 0, 1536); /* 2 x 600, in pages of 512 cells */
+	expect_pins(f, 16, 5, PD_PINS_ROUND);
 	expect_pins(f, 16, PD_PINS_MAX, PD_PINS_MAX);
 	expect_pins(f, 0, 0, 0);
 	expect_pins(f, 0, 100, 0);
@@ -183,8 +183,10 @@ static void test_pin_journal_geometry(void **state)
 
 		assert_non_null(j);
 		assert_true(p >= rings_end && p + (size_t)n * 8 <= end);
-		assert_int_equal(p % 8, 0);
+		assert_int_equal(p % PD_REGION_PAGE, 0); /* pages of its own */
 		assert_true(p == first + (size_t)id * n * 8); /* back to back: disjoint */
+		assert_int_equal((base + f->agent.rings_off +
+				  id * (f->agent.sq_bytes + f->agent.cq_bytes)) % PD_REGION_PAGE, 0);
 		for (uint32_t i = 0; i < n; i++)
 			assert_int_equal(atomic_load(&j[i]), 0);
 	}
