@@ -61,6 +61,8 @@ int pd_ag_recv_wait_tag(struct pd_agent *a, const char *req_id, uint32_t timeout
 		return rc;
 	if (c.status == -ETIME) /* the broker expired the wait: our timeout, seen first there */
 		return -ETIMEDOUT;
+	if (c.status == -EUSERS) /* the broker refused the wait: too many at once */
+		return -EUSERS;
 	memset(info, 0, sizeof(*info));
 	info->chunks = c.chunks;
 	info->status = c.status;

@@ -144,6 +144,13 @@ static void on_cancel(struct pd_broker *b, uint32_t agent, const struct pd_sqe *
 				   pd_now_ns());
 }
 
+static void forget(struct pd_broker *b, struct waiter *w)
+{
+	b->nwaits[w->agent]--;
+	LIST_REMOVE(w, link);
+	free(w);
+}
+
 /* Answer one waiting agent and forget the wait. */
 static void answer(struct pd_broker *b, struct waiter *w, int32_t status, uint32_t chunks,
 		   uint64_t tag)
@@ -153,8 +160,7 @@ static void answer(struct pd_broker *b, struct waiter *w, int32_t status, uint32
 
 	memcpy(c.req_id, w->req, w->req_len);
 	(void)pd_agents_complete(b->agents, w->agent, &c);
-	LIST_REMOVE(w, link);
-	free(w);
+	forget(b, w);
 }
 
 /* Answer every agent waiting for this request. */
@@ -172,13 +178,22 @@ void pd_broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len
 
 static int add_waiter(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
 {
-	struct waiter *w = calloc(1, sizeof(*w));
+	struct waiter *w;
 
+	if (agent > PD_MAX_AGENTS || b->nwaits[agent] >= PD_RECV_WAITS_MAX) {
+		b->recv_waits_refused++;
+		PD_LOG_RL(WARN, ctl, "agent %u: over %u recv waits at once: refused (-EUSERS; "
+			  "%llu so far)", agent, PD_RECV_WAITS_MAX,
+			  (unsigned long long)b->recv_waits_refused);
+		return -EUSERS; /* never a request's status: the agent returns it */
+	}
+	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
+	b->nwaits[agent]++;
 	w->agent = agent;
 	w->user = e->user;
-	w->deadline = e->arg ? pd_now_ns() + (uint64_t)e->arg * PD_NS_PER_MS : UINT64_MAX;
+	w->deadline = pd_now_ns() + (e->arg ? (uint64_t)e->arg * PD_NS_PER_MS : b->cfg.recv_ttl_ns);
 	w->req_len = e->u.req.req_id_len;
 	memcpy(w->req, e->u.req.req_id, w->req_len);
 	LIST_INSERT_HEAD(&b->waiters, w, link);
@@ -200,8 +215,7 @@ static void on_recv_wait(struct pd_broker *b, uint32_t agent, const struct pd_sq
 		c.status = !b->rx ? -EINVAL : st == PD_RX_READY ? 0 :
 			   status ? status : -ENOENT; /* released already */
 		(void)pd_agents_complete(b->agents, agent, &c);
-	} else if (add_waiter(b, agent, e) < 0) {
-		c.status = -ENOMEM;
+	} else if ((c.status = add_waiter(b, agent, e)) < 0) {
 		(void)pd_agents_complete(b->agents, agent, &c);
 	}
 }
@@ -290,10 +304,8 @@ static void end_requests(struct pd_broker *b, uint32_t agent)
 		(void)pd_tx_agent_gone(b->tx, agent, pd_now_ns());
 	for (w = LIST_FIRST(&b->waiters); w; w = next) {
 		next = LIST_NEXT(w, link);
-		if (w->agent == agent) {
-			LIST_REMOVE(w, link);
-			free(w);
-		}
+		if (w->agent == agent)
+			forget(b, w);
 	}
 }
 

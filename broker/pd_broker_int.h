@@ -43,6 +43,11 @@
 #define LANE_PEER(l)        ((l) & 0xfffu)
 #define LANE_SESS(l)        ((l) >> 12)
 
+/* Recv waits one agent may have at once (more are answered -EUSERS), and
+ * the longest: a wait without a deadline (the agent's arg 0) lasts the
+ * --recv-ttl, as long as a request it waits for may. */
+#define PD_RECV_WAITS_MAX 1024u
+
 /* A decode agent waiting for a request (PD_SQ_RECV_WAIT). */
 struct waiter {
 	LIST_ENTRY(waiter) link;
@@ -114,6 +119,8 @@ struct pd_broker {
 	char xwhy[PD_XPORT_MAX][PD_XPORT_WHY_MAX];
 	struct xdrain xdrain[PD_XPORT_MAX];
 	LIST_HEAD(, waiter) waiters;
+	uint32_t nwaits[PD_MAX_AGENTS + 1]; /* per agent id: its waiters */
+	uint64_t recv_waits_refused;  /* over PD_RECV_WAITS_MAX: answered -EUSERS */
 	struct wb_tree wbatches;
 	/* Data threads read these (claim, accept_peer): atomics and a lock. */
 	_Atomic uint64_t *grant;      /* per recv slot: GRANT_* */

@@ -188,6 +188,7 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 
 	put_header(p, b);
 	pd_stats_set(p->s, p->n++, "recv_waiters", G, count_waiters(b));
+	pd_stats_set(p->s, p->n++, "recv_waits_refused", C, b->recv_waits_refused);
 	pd_stats_set(p->s, p->n++, "data.refused_writes", C, pd_stat_get(&b->refused_writes));
 	pd_stats_set(p->s, p->n++, "admin.requests", C, b->admin_requests);
 	pd_stats_set(p->s, p->n++, "admin.bad", C, b->admin_bad);

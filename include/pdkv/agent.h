@@ -301,7 +301,9 @@ struct pd_recv_info {
  * (-ETIMEDOUT); its answer takes a round trip, or up to its tick (100
  * ms) when the request is not complete.
  * @param info  written when 0 is returned (all of it).
- * @return 0 (see info->status); -ETIMEDOUT; -ENOTCONN; -EINVAL.
+ * @return 0 (see info->status); -ETIMEDOUT; -EUSERS this agent has 1024
+ *         waits at the broker at once (the broker's cap: wait again once
+ *         some ended); -ENOTCONN; -EINVAL.
  */
 int pd_recv_wait(struct pd_agent *a, const char *req_id, uint32_t timeout_ms,
 		 struct pd_recv_info *info);

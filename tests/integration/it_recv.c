@@ -2,6 +2,8 @@
 /* The decode side under a worker that polls: waits that time out, answers
  * that come late, and releases that must free slots for the next request. */
 #include "it_fixture.h"
+#include "pd_agent_int.h"
+#include "pd_broker_int.h"
 
 /* A decode worker that polls pd_recv_wait() with a short timeout before
  * each request arrives: the late answers of its abandoned waits must not
@@ -68,11 +70,62 @@ static void test_waits_for_absent_requests_expire(void **state)
 	it_stop(t, 0);
 }
 
+/* Submit n recv waits with no deadline (arg 0, which libpdagent never
+ * sends) for requests that never come, as a rogue agent may. */
+static void raw_waits(struct pd_agent *a, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct pd_sqe e = { .op = PD_SQ_RECV_WAIT, .user = 1u << 30 | i };
+		uint64_t deadline = pd_deadline_ms(IT_WAIT_MS);
+		int rc;
+
+		e.u.req.req_id_len = (uint8_t)snprintf((char *)e.u.req.req_id, PD_REQ_ID_MAX,
+						       "never-%u", i);
+		while ((rc = pd_ag_submit(a, &e, 1)) == -EAGAIN && pd_now_ns() < deadline)
+			(void)nanosleep(&(struct timespec){ 0, 1000 * 1000 }, NULL);
+		assert_int_equal(rc, 0);
+	}
+}
+
+/* The broker keeps at most 1024 recv waits per agent: the rest are
+ * refused (-EUSERS from pd_recv_wait(), counted), and the waits go with
+ * the agent. A wait without a deadline lasts the --recv-ttl. */
+static void test_recv_waits_are_capped(void **state)
+{
+	static const char *const extra[] = { "--recv-ttl", "2s", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 8, .recv_slots = 8,
+							.d_extra = extra });
+	struct pd_agent *rogue = it_attach(&t->d, PD_AGENT_RECV);
+	struct pd_recv_info info;
+
+	(void)state;
+	raw_waits(rogue, PD_RECV_WAITS_MAX + 76);
+	assert_int_equal(it_wait_stat(&t->d, "recv_waits_refused", 76), 76);
+	assert_int_equal(waiters(&t->d), PD_RECV_WAITS_MAX);
+	assert_int_equal(pd_recv_wait(rogue, "one-more", 1000, &info), -EUSERS);
+	assert_int_equal(pd_recv_wait(t->da, "other-agent", 1, &info), -ETIMEDOUT);
+	pd_agent_detach(rogue);
+	for (int i = 0; i < 100 && waiters(&t->d) != 0; i++)
+		(void)nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	assert_int_equal(waiters(&t->d), 0);
+	rogue = it_attach(&t->d, PD_AGENT_RECV);
+	raw_waits(rogue, 3);
+	for (int i = 0; i < 100 && waiters(&t->d) != 3; i++)
+		(void)nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	assert_int_equal(waiters(&t->d), 3);
+	for (int i = 0; i < 200 && waiters(&t->d) != 0; i++) /* the recv-ttl, 2 s */
+		(void)nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	assert_int_equal(waiters(&t->d), 0);
+	pd_agent_detach(rogue);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_polling_waits_keep_working),
 		cmocka_unit_test(test_waits_for_absent_requests_expire),
+		cmocka_unit_test(test_recv_waits_are_capped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
