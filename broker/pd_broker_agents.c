@@ -233,7 +233,10 @@ static void on_recv_release(struct pd_broker *b, uint32_t agent, const struct pd
 	} else {
 		(void)pd_rx_state(b->rx, q->req_id, q->req_id_len, &v, NULL);
 		c.req_tag = v.tag;
-		c.status = pd_rx_release(b->rx, q->req_id, q->req_id_len, pd_now_ns());
+		uint32_t rank = 0, size = 1;
+
+		(void)pd_agents_tp(b->agents, agent, &rank, &size);
+		c.status = pd_rx_release(b->rx, q->req_id, q->req_id_len, rank, size, pd_now_ns());
 	}
 	(void)pd_agents_complete(b->agents, agent, &c);
 }

@@ -29,6 +29,7 @@ struct field {
 static const struct field rx_fields[] = {
 	F(pd_rx_stats, batches, C), F(pd_rx_stats, reserves, C), F(pd_rx_stats, granted, C), F(pd_rx_stats, deduped, C),
 	F(pd_rx_stats, committed, C), F(pd_rx_stats, ready, C), F(pd_rx_stats, released, C),
+	F(pd_rx_stats, release_waits, C),
 	F(pd_rx_stats, failed, C), F(pd_rx_stats, cancelled, C),
 	F(pd_rx_stats, ttl_reclaimed, C), F(pd_rx_stats, rejected_tomb, C),
 	F(pd_rx_stats, rejected_zero, C), F(pd_rx_stats, rejected_big, C),

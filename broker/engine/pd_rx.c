@@ -219,7 +219,20 @@ int pd_rx_cancel_from(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, ui
 	return 1;
 }
 
-int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t now_ns)
+/* Has every rank of a group of nranks released r (rank's included)? */
+static int group_done(struct rx_req *r, uint32_t rank, uint32_t nranks)
+{
+	uint64_t all;
+
+	if (nranks <= 1 || nranks > PD_RX_RELEASE_RANKS || rank >= nranks)
+		return 1;
+	all = nranks == 64 ? UINT64_MAX : (UINT64_C(1) << nranks) - 1;
+	r->released_ranks |= UINT64_C(1) << rank;
+	return (r->released_ranks & all) == all;
+}
+
+int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint32_t rank,
+		  uint32_t nranks, uint64_t now_ns)
 {
 	struct rx_req *r = rx ? pd_rx_find(rx, req_id, len) : NULL;
 
@@ -227,6 +240,11 @@ int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_
 		return -ENOENT;
 	if (r->state != RX_READY || r->in_work == WORK_DOOMED)
 		return -EBUSY;
+	if (!group_done(r, rank, nranks)) {
+		rx->st.release_waits++;
+		r->last_ns = now_ns; /* progress: the idle drop counts from here */
+		return 0;
+	}
 	rx->st.released++;
 	pd_rx_end(rx, r, now_ns);
 	pd_rx_settle(rx, now_ns);

@@ -140,6 +140,7 @@ struct pd_rx_stats {
 	uint64_t rejected_peer_requests, rejected_peer_slots; /* over the peer's share */
 	uint64_t preempted;          /* failed -EBUSY for another peer's share */
 	uint64_t pool_repairs;       /* the recv pool's shared copy repaired from the records */
+	uint64_t release_waits;      /* a decode rank's release kept for its group's others */
 	uint64_t proto_errors, grant_errors, late_putdone;
 	uint64_t live_requests, waiting_requests; /* gauges */
 };
@@ -192,9 +193,15 @@ int pd_rx_cancel(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t
 int pd_rx_cancel_from(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint32_t len,
 		      uint64_t now_ns);
 
-/* The decode side consumed the request: free its slots.
+/* The decode side consumed the request: free its slots. A decode group of
+ * nranks tensor-parallel ranks (2..PD_RX_RELEASE_RANKS) consumes it when
+ * each of its ranks has released it: rank's release is kept until then
+ * (0 returned, nothing freed); nranks 1 (or a rank out of range) frees at
+ * once, as before groups.
  * @return 0; -ENOENT unknown; -EBUSY not READY yet. */
-int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint64_t now_ns);
+#define PD_RX_RELEASE_RANKS 64u
+int pd_rx_release(struct pd_rx *rx, const uint8_t *req_id, uint32_t len, uint32_t rank,
+		  uint32_t nranks, uint64_t now_ns);
 
 /* A peer failed: roll back every request it sent to. @return count. */
 int pd_rx_peer_failed(struct pd_rx *rx, uint32_t peer, uint64_t now_ns);

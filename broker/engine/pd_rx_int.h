@@ -76,6 +76,7 @@ struct rx_req {
 	uint32_t *rank_peer;         /* peer + 1 per rank, 0 = none yet */
 	uint64_t rank_last;          /* bit per rank: last batch seen */
 	uint64_t rank_resv;          /* bit per rank: its Reserve was run */
+	uint64_t released_ranks;     /* bit per decode rank: released it (pd_rx_release) */
 	uint32_t owner;              /* peer of its first message (shares) */
 	uint32_t has_demand;         /* its need counts in its owner's demand */
 	uint32_t has_admitted;       /* ... and in its owner's admitted slots */

@@ -130,6 +130,15 @@ int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id)
 	return ag->ent[id - 1].pid;
 }
 
+int pd_agents_tp(const struct pd_agents *ag, uint32_t id, uint32_t *rank, uint32_t *size)
+{
+	if (!ag || id < 1 || id > ag->max || ag->ent[id - 1].state != E_ATTACHED)
+		return -ENOENT;
+	*rank = ag->ent[id - 1].tp_rank;
+	*size = ag->ent[id - 1].tp_size;
+	return 0;
+}
+
 uint32_t pd_agents_by_pid(const struct pd_agents *ag, int32_t pid)
 {
 	for (uint32_t i = 0; ag && pid > 0 && i < ag->max; i++)
@@ -177,6 +186,8 @@ static void fill_slot(struct ent *e, const struct pd_attach_hello *h, const stru
 	s->pid = cred->pid;
 	s->roles = h->roles;
 	s->tp_rank = h->tp_rank;
+	e->tp_rank = h->tp_rank;
+	e->tp_size = h->tp_size;
 	s->attached_ns = (uint64_t)now.tv_sec * PD_NS_PER_S + (uint64_t)now.tv_nsec;
 	atomic_store_explicit(&s->state, PD_AGENT_ATTACHED, memory_order_release);
 }

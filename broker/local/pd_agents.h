@@ -108,6 +108,8 @@ int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *
 /* The pid agent id attached as (SO_PEERCRED) while attached or fenced
  * and not yet gone; 0 otherwise. */
 int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id);
+/* The tensor-parallel rank and size agent id said at its hello; -ENOENT not attached. */
+int pd_agents_tp(const struct pd_agents *ag, uint32_t id, uint32_t *rank, uint32_t *size);
 
 /* Completions waiting for room in agents' rings (gauge) and dropped
  * because an agent's queue was full (counter). */

@@ -35,6 +35,7 @@ struct ent {
 	STAILQ_HEAD(, pending) pend;
 	uint32_t npend;
 	int32_t pid;                 /* from SO_PEERCRED at hello */
+	uint32_t tp_rank, tp_size;   /* from its hello (checked: rank < size) */
 };
 
 /* A connection accepted whose hello has not been read yet. */

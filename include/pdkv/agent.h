@@ -323,7 +323,13 @@ int pd_recv_lookup(struct pd_agent *a, const void *key, uint32_t klen, const voi
 
 /**
  * The request is consumed: drop this agent's pins and let the broker free
- * its slots (waiting admissions are re-evaluated).
+ * its slots (waiting admissions are re-evaluated). A decode group reads
+ * one request from several ranks: agents attached with tp_size N > 1 (and
+ * their tp_rank) are one group, and the request is consumed once each of
+ * its N ranks has released it; until then a rank's release drops only its
+ * own pins, so a rank that is done never takes away the chunks another
+ * rank still reads. A rank that never releases leaves the request to the
+ * broker's --recv-ttl.
  * @return 0; -ENOENT unknown request; -ENOTCONN.
  */
 int pd_recv_release(struct pd_agent *a, const char *req_id);

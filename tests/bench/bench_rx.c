@@ -195,7 +195,7 @@ static int one_request(struct bench *b)
 	if (rc == 0 && b->ready != ready + 1)
 		rc = -EPROTO;
 	if (rc == 0)
-		rc = pd_rx_release(b->rx, (const uint8_t *)id, (uint32_t)strlen(id), b->now);
+		rc = pd_rx_release(b->rx, (const uint8_t *)id, (uint32_t)strlen(id), 0, 1, b->now);
 	return rc;
 }
 

@@ -120,12 +120,51 @@ static void test_recv_waits_are_capped(void **state)
 	it_stop(t, 0);
 }
 
+/* A decode group: two agents attached as ranks 0 and 1 of tp 2 read one
+ * request. Rank 0's release takes nothing from rank 1, which still finds
+ * and verifies every chunk; rank 1's release frees the slots. */
+static void test_decode_group_release_waits_for_every_rank(void **state)
+{
+	struct it *t = it_start(8, 8);
+	struct pd_agent *rank[2];
+	struct pd_recv_info info;
+
+	(void)state;
+	for (uint32_t r = 0; r < 2; r++) {
+		struct pd_agent_opts o;
+
+		pd_agent_opts_init(&o, sizeof(o));
+		o.broker = t->d.name;
+		o.rundir = t->d.rundir;
+		o.roles = PD_AGENT_RECV;
+		o.tp_rank = r;
+		o.tp_size = 2;
+		assert_int_equal(pd_agent_attach(&o, &rank[r]), 0);
+	}
+	assert_int_equal(it_put(t, "group", 0, 4, 4), 0);
+	it_expect_event(t, "group", PD_EV_PUT_DONE);
+	assert_int_equal(pd_recv_wait(rank[0], "group", IT_WAIT_MS, &info), 0);
+	assert_int_equal(info.status, 0);
+	assert_int_equal(pd_recv_release(rank[0], "group"), 0);
+	assert_int_equal(it_wait_stat(&t->d, "rx.release_waits", 1), 1);
+	assert_int_equal(it_free_slots(&t->d, 1), 4);
+	pd_agent_detach(t->da);
+	t->da = rank[1]; /* it_verify reads through t->da */
+	it_verify(t, "group", 4);
+	assert_int_equal(pd_recv_release(rank[1], "group"), 0);
+	assert_int_equal(it_wait_free(&t->d, 1, 8), 8);
+	assert_int_equal(it_wait_stat(&t->d, "rx.released", 1), 1);
+	pd_agent_detach(rank[0]);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_polling_waits_keep_working),
 		cmocka_unit_test(test_waits_for_absent_requests_expire),
 		cmocka_unit_test(test_recv_waits_are_capped),
+		cmocka_unit_test(test_decode_group_release_waits_for_every_rank),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -230,7 +230,7 @@ static void decode_one(struct em_db *db, struct em_req *q)
 		q->watch = W_HOLD;
 		q->hold_until = W->now + q->hold_ns;
 	} else if (st == PD_RX_READY && W->now >= q->hold_until) {
-		int rc = pd_rx_release(db->rx, (const uint8_t *)q->id, q->idlen, W->now);
+		int rc = pd_rx_release(db->rx, (const uint8_t *)q->id, q->idlen, 0, 1, W->now);
 
 		EXPECT(rc == 0, "D: release of %s: %d", q->id, rc);
 		tr("D%u released %s", q->d, q->id);

@@ -266,7 +266,7 @@ static inline int rxf_put_done(struct rx_fx *f, const char *req, const struct rx
 
 static inline int rxf_release(struct rx_fx *f, const char *req)
 {
-	return pd_rx_release(f->rx, (const uint8_t *)req, (uint32_t)strlen(req), f->now);
+	return pd_rx_release(f->rx, (const uint8_t *)req, (uint32_t)strlen(req), 0, 1, f->now);
 }
 
 static inline int rxf_cancel(struct rx_fx *f, const char *req)

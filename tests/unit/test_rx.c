@@ -124,6 +124,48 @@ static void test_seed_b_waits_until_a_released(void **state)
 	rxf_assert_empty(f);
 }
 
+/* A decode group of 3 tensor-parallel ranks consumes a request when each
+ * rank has released it: the first two releases free nothing (the third
+ * rank still reads its chunks), a rank twice counts once, the third frees
+ * it, and then the request is gone for everyone. */
+static void test_group_release_waits_for_every_rank(void **state)
+{
+	struct rx_fx *f = *state;
+	struct rxf_batch a = { .req = "A", .peer = 1, .seq = 1, .n = 4, .total = 4,
+			       .is_last = 1 };
+	const uint8_t *id = (const uint8_t *)"A";
+
+	rxf_batch_ok(f, &a);
+	assert_int_equal(f->nready, 1);
+	assert_int_equal(pd_rx_release(f->rx, id, 1, 0, 3, f->now), 0);
+	assert_int_equal(pd_rx_release(f->rx, id, 1, 0, 3, f->now), 0);
+	assert_int_equal(pd_rx_release(f->rx, id, 1, 2, 3, f->now), 0);
+	assert_int_equal(rxf_stats(f).released, 0);
+	assert_int_equal(rxf_stats(f).release_waits, 3);
+	assert_int_equal(pd_pool_nfree(&f->pool), f->nslots - 4);
+	assert_int_equal(pd_rx_release(f->rx, id, 1, 1, 3, f->now), 0);
+	assert_int_equal(rxf_stats(f).released, 1);
+	assert_int_equal(pd_rx_release(f->rx, id, 1, 1, 3, f->now), -ENOENT);
+	rxf_assert_empty(f);
+}
+
+/* A rank out of its group's range, or a group of one, frees at once. */
+static void test_release_without_group_frees_at_once(void **state)
+{
+	struct rx_fx *f = *state;
+	struct rxf_batch a = { .req = "A", .peer = 1, .seq = 1, .n = 2, .total = 2,
+			       .is_last = 1 };
+	struct rxf_batch b = { .req = "B", .peer = 1, .seq = 2, .n = 2, .total = 2,
+			       .is_last = 1 };
+
+	rxf_batch_ok(f, &a);
+	rxf_batch_ok(f, &b);
+	assert_int_equal(pd_rx_release(f->rx, (const uint8_t *)"A", 1, 5, 2, f->now), 0);
+	assert_int_equal(pd_rx_release(f->rx, (const uint8_t *)"B", 1, 0, 65, f->now), 0);
+	assert_int_equal(rxf_stats(f).released, 2);
+	rxf_assert_empty(f);
+}
+
 /* 2P1D: pool 20, A=10 from peer 1, B=10 from peer 2: no waiting at all. */
 static void test_2p1d_both_admitted_at_once(void **state)
 {
@@ -201,6 +243,8 @@ int main(void)
 		T(test_immediate_rejections, rxf_setup10),
 		cmocka_unit_test(test_too_many_requests_is_ebusy),
 		T(test_seed_b_waits_until_a_released, rxf_setup10),
+		T(test_group_release_waits_for_every_rank, rxf_setup10),
+		T(test_release_without_group_frees_at_once, rxf_setup10),
 		T(test_2p1d_both_admitted_at_once, rxf_setup20),
 		T(test_one_sender_b_between_a_batches, rxf_setup10),
 		T(test_fifo_small_requests_do_not_overtake, rxf_setup10),

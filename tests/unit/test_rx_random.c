@@ -418,7 +418,7 @@ static void ev_bogus_put(struct mreq *m)
 static void ev_release(struct mreq *m)
 {
 	int want = m->st == M_READY ? 0 : is_live(m) ? -EBUSY : -ENOENT;
-	int rc = pd_rx_release(W->rx, (const uint8_t *)m->id, m->idlen, W->now);
+	int rc = pd_rx_release(W->rx, (const uint8_t *)m->id, m->idlen, 0, 1, W->now);
 
 	W->what = "release";
 	TRACE("%u: release %s -> %d\n", W->step, m->id, rc);
