@@ -90,8 +90,11 @@ static int on_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, u
 	pd_slot_ref *refs = b->sc_refs;
 	int rc = n > PD_PUT_MAX_CHUNKS + 1 ? -EINVAL : put_ok(b, agent, e, n);
 
-	if (rc == 0)
+	if (rc == 0) {
 		rc = take_slots(b, e, n, ch, refs);
+		if (rc < 0 && rc != -ESTALE && rc != -EINVAL) /* the pool's lock not to be had */
+			pd_broker_free_slots(b, refs, n - 1);  /* as soon as it is */
+	}
 	if (rc == 0)
 		rc = submit_put(b, agent, e, n, ch, refs);
 	if (rc < 0)
@@ -323,8 +326,8 @@ static void on_detach(void *ctx, uint32_t agent)
 {
 	struct pd_broker *b = ctx;
 
-	if (b->shm.has_send)
-		(void)pd_pool_reclaim(&b->shm.send, agent);
+	if (b->shm.has_send && pd_pool_reclaim(&b->shm.send, agent) < 0)
+		pd_broker_reclaim_later(b, agent, b->shm.agents->slot[agent - 1].pid);
 	end_requests(b, agent);
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_AGENTS_RECLAIMED], 1);
 	pd_stat_set(&b->shm.seg.hdr->stats[PD_STAT_AGENTS], pd_agents_count(b->agents));

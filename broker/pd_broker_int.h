@@ -164,6 +164,8 @@ struct pd_broker {
 	uint64_t descs_scrubbed;      /* send descriptors in no state, made free (pd_pool_scrub()) */
 	pd_slot_ref *free_later;      /* staging frees that failed, tried again (send slots) */
 	uint32_t nfree_later;
+	struct { uint32_t owner; int32_t pid; } reclaim_later[PD_MAX_AGENTS];
+	uint32_t nreclaim_later;      /* detached agents whose loans the pool's lock kept */
 	struct pd_metrics *metrics;   /* --metrics-listen (pd_metrics_http.c); NULL: off */
 	char data_addr[300];          /* the data listener as bound, "" when none */
 	/* Transports per peer (pd_broker_xport.c; control thread only). */
@@ -189,6 +191,9 @@ extern const struct pd_agents_ops pd_broker_agent_ops;
 void pd_broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len, int32_t status,
 			uint32_t chunks, uint64_t tag);
 void pd_broker_waiters_expire(struct pd_broker *b, uint64_t now);
+/* A detached agent's loans, not reclaimed (the pool's lock was not to be
+ * had): taken back at the lease look, by its process only. */
+void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner, int32_t pid);
 
 /* pd_broker_lease.c: loans and pins are leases (see there). */
 int pd_broker_leases_init(struct pd_broker *b);

@@ -79,6 +79,27 @@ void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t
 			  later, pd_strerror(rc));
 }
 
+void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner, int32_t pid)
+{
+	if (b->nreclaim_later < PD_ARRAY_SIZE(b->reclaim_later) && pid > 0) {
+		b->reclaim_later[b->nreclaim_later].owner = owner;
+		b->reclaim_later[b->nreclaim_later++].pid = pid;
+		PD_LOG_RL(WARN, slot, "agent %u (pid %d) detached; its loans come back once the "
+			  "send pool's lock is free", owner, pid);
+	}
+}
+
+static void reclaim_later(struct pd_broker *b)
+{
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < b->nreclaim_later; i++)
+		if (pd_pool_reclaim_proc(&b->shm.send, b->reclaim_later[i].owner,
+					 b->reclaim_later[i].pid) < 0)
+			b->reclaim_later[kept++] = b->reclaim_later[i];
+	b->nreclaim_later = kept;
+}
+
 /* The frees that failed, again; a stale ref (freed meanwhile) is dropped. */
 static void free_later(struct pd_broker *b)
 {
@@ -216,6 +237,7 @@ void pd_broker_leases_check(struct pd_broker *b, uint64_t now)
 		check_pool_lock(b, now);
 		b->descs_scrubbed += fixed > 0 ? (uint64_t)fixed : 0;
 		free_later(b);
+		reclaim_later(b);
 	}
 	if (b->cfg.loan_timeout_ns)
 		check_loans(b, now);

@@ -134,6 +134,9 @@ struct pd_pool {
 	uint32_t resetter;         /* 1: the broker's handle: it makes an unusable
 				    * mutex new (pd_pool_lock_reset()); others wait */
 	uint64_t lock_resets;      /* ... how many times (this handle) */
+	uint32_t stuck;            /* the broker's handle: its last wait for the mutex
+				    * timed out; until a lock succeeds it waits 1 ms,
+				    * so a held mutex stalls its loop once, not per call */
 };
 
 /* Who allocates: the owner id the broker gave it, its pid, the request tag,
@@ -191,6 +194,9 @@ int pd_pool_set_state(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n, ui
 int pd_pool_cancel(struct pd_pool *p, uint64_t tag);
 /* Free every slot of owner and drop its waits (it died). @return slots freed. */
 int pd_pool_reclaim(struct pd_pool *p, uint32_t owner);
+/* The same for owner's process pid only (a retry after the owner id may
+ * have been given to another process). @return slots freed. */
+int pd_pool_reclaim_proc(struct pd_pool *p, uint32_t owner, int32_t pid);
 /* Free one slot if it is still in state with ref's generation (a loan
  * nobody holds), rebuilding the free stack from the descriptors (the shared
  * stack may list it already). @return 1 freed, 0 it changed meanwhile;

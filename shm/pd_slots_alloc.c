@@ -62,7 +62,8 @@ static uint32_t free_owned(struct pd_pool *p, uint32_t owner, int32_t pid)
 	for (uint32_t i = 0; i < p->nslots; i++) {
 		struct pd_slot_desc *d = &p->desc[i];
 
-		if (slot_state(d) != PD_SLOT_FREE && (pid ? d->pid == pid : d->owner == owner)) {
+		if (slot_state(d) != PD_SLOT_FREE && (!pid || d->pid == pid) &&
+		    (!owner || d->owner == owner)) {
 			slot_set_state(d, PD_SLOT_FREE);
 			n++;
 		}
@@ -70,7 +71,7 @@ static uint32_t free_owned(struct pd_pool *p, uint32_t owner, int32_t pid)
 	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
 		struct pd_pool_waiter *w = &p->shm->waiters[i];
 
-		if (w->ticket && (pid ? w->pid == pid : w->owner == owner))
+		if (w->ticket && (!pid || w->pid == pid) && (!owner || w->owner == owner))
 			waiter_del(p->shm, w);
 	}
 	return n;
@@ -136,16 +137,20 @@ int pd_pool_lock(struct pd_pool *p, uint32_t owner, uint64_t deadline_ns)
 static int reset_locked(struct pd_pool *p);
 
 /* Calls without a deadline: PD_POOL_LOCK_MS on a busy mutex, the broker's
- * handle BROKER_LOCK_MS (its loop serves every agent). An unusable one, or
+ * handle BROKER_LOCK_MS (its loop serves every agent), and 1 ms while its
+ * last wait timed out (a holder stopped: fenced after 3 s by the broker's
+ * lease look; meanwhile the callers defer). An unusable one, or
  * one "held" by no live thread, is made new by the broker's handle; others
  * wait up to a second for the broker to do so. */
 #define BROKER_LOCK_MS 200u
 
 static int lock_short(struct pd_pool *p, uint32_t owner)
 {
-	int rc = pd_mutex_lock_timeout(&p->shm->lock, p->resetter ? BROKER_LOCK_MS :
-						    PD_POOL_LOCK_MS, repair, p);
+	uint32_t ms = !p->resetter ? PD_POOL_LOCK_MS : p->stuck ? 1 : BROKER_LOCK_MS;
+	int rc = pd_mutex_lock_timeout(&p->shm->lock, ms, repair, p);
 
+	if (p->resetter)
+		p->stuck = rc == -ETIMEDOUT;
 	if (rc == -ETIMEDOUT && p->resetter && !pd_mutex_owner_alive(&p->shm->lock, 0))
 		rc = -ENOTRECOVERABLE; /* "held" by no thread at all: its bytes are wrong */
 	for (int tries = 0; unusable(rc) && p->resetter && tries < 3; tries++)
@@ -570,15 +575,20 @@ int pd_pool_cancel(struct pd_pool *p, uint64_t tag)
 
 int pd_pool_reclaim(struct pd_pool *p, uint32_t owner)
 {
+	return pd_pool_reclaim_proc(p, owner, 0);
+}
+
+int pd_pool_reclaim_proc(struct pd_pool *p, uint32_t owner, int32_t pid)
+{
 	uint32_t n;
 	int rc;
 
-	if (!p)
+	if (!p || owner == 0)
 		return -EINVAL;
 	rc = lock_short(p, PD_POOL_OWNER_NONE);
 	if (rc < 0)
 		return rc;
-	n = free_owned(p, owner, 0);
+	n = free_owned(p, owner, pid);
 	rebuild(p);
 	pd_stat_add1w(&p->shm->stats.reclaimed, n);
 	pd_cond_broadcast(&p->shm->cond);

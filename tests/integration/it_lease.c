@@ -37,6 +37,7 @@ struct hog {
 	const char *req; /* recv: the request to pin */
 	int scribble;    /* send: make the loans' descriptors name nobody */
 	int lock;        /* 1: stop holding the send pool's mutex; 2: garbage over it */
+	int wait;        /* send: hold the loans running (until killed), not stopped */
 };
 
 static int ready(const struct hog *h)
@@ -105,7 +106,7 @@ static int hog_loans(void *arg)
 		name_nobody(h, r, HOG);
 	if (ready(h))
 		return 3;
-	if (h->scribble)
+	if (h->scribble || h->wait)
 		(void)pause();
 	else
 		(void)raise(SIGSTOP);
@@ -307,6 +308,30 @@ static void test_stopped_lock_holder_is_fenced(void **state)
 	it_stop(t, 0);
 }
 
+/* An agent that dies while another, stopped, holds the send pool's mutex:
+ * its loans cannot come back at its detach (the broker does not wait on the
+ * mutex more than once), so they come back once the holder is fenced, with
+ * no loan lease to free them otherwise (--loan-timeout 0). */
+static void test_loans_of_an_agent_dying_behind_a_held_lock_come_back(void **state)
+{
+	static const char *const extra[] = { "--loan-timeout", "0", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 64,
+							.p_extra = extra });
+	struct hog loaner = { .t = t, .wait = 1 }, holder = { .t = t, .lock = 1 };
+	pid_t lpid = start_hog(&loaner, hog_loans), hpid;
+
+	(void)state;
+	hog_pid = 0; /* the loaner is reaped here, the holder by the teardown */
+	hpid = start_hog(&holder, hog_lock);
+	assert_int_equal(it_free_slots(&t->p, 0), 16 - HOG);
+	assert_int_equal(kill(lpid, SIGKILL), 0);
+	assert_int_equal(pd_test_wait(lpid, IT_WAIT_MS), 128 + SIGKILL);
+	assert_int_equal(wait_hog(hpid), 128 + SIGKILL); /* the holder, fenced */
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	put_and_verify(t, "A");
+	it_stop(t, 0);
+}
+
 /* Bytes written over the send pool's mutex: the broker makes it new. */
 static void test_garbage_over_the_pool_lock_is_reset(void **state)
 {
@@ -332,6 +357,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_loans_naming_nobody_are_freed, kill_hog),
 		cmocka_unit_test(test_unread_completions_are_capped),
 		cmocka_unit_test_teardown(test_stopped_lock_holder_is_fenced, kill_hog),
+		cmocka_unit_test_teardown(test_loans_of_an_agent_dying_behind_a_held_lock_come_back,
+					  kill_hog),
 		cmocka_unit_test_teardown(test_garbage_over_the_pool_lock_is_reset, kill_hog),
 	};
 
