@@ -131,6 +131,7 @@ all: $(LIBCORE) $(LIBBROKER) $(LIBAGENT) $(BINS) python
 help:
 	@echo "make            build libpdcore.a, libpdagent.so and the programs"
 	@echo "make demo       the main job: a local 2P1D cluster moving and verifying 200 requests"
+	@echo "make demo-llm   a tiny numpy transformer's KV cache moved prefill -> decode (tp 2): tokens identical to one process"
 	@echo "make test       install missing deps, build, run every test (N passed, N failed)"
 	@echo "make check      the whole test suite under ASan + UBSan (build/asan)"
 	@echo "make tsan       threaded tests under TSan (build/tsan)"
@@ -419,10 +420,19 @@ clean:
 DEMO_ARGS ?= --local --prefill 2 --decode 1 --tp 2 --transport tcp --requests 200 \
 	     --concurrency 8 --chunks 16 --batch 4 --slot-size 256K --recv-slots 64 \
 	     --send-slots 128 --abort-rate 0.05 --seed 1 --engine step
-.PHONY: demo compare-peers
+.PHONY: demo demo-llm compare-peers
 demo: all
 	@echo "make demo: pdbench $(DEMO_ARGS)"
 	@$(PDBENCH) $(DEMO_ARGS)
+
+# A tiny numpy transformer served disaggregated: prefill and decode rank
+# processes (tensor parallelism 2) move its real KV cache through pdkv.kv,
+# and the tokens must equal a single-process run's, bit for bit.
+DEMO_LLM_ARGS ?= --tp 2
+demo-llm: all
+	@test -f $(PY_B)/kv.py || { echo "demo-llm: the Python binding was not built (python3-dev)"; exit 1; }
+	@echo "make demo-llm: examples/llm/demo.py $(DEMO_LLM_ARGS)"
+	@PYTHONPATH=$(abspath $(B))/python $(PYTHON) examples/llm/demo.py $(DEMO_LLM_ARGS)
 
 compare-peers: all
 	@tools/compare-peers.sh $(COMPARE_ARGS)

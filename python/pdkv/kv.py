@@ -39,9 +39,10 @@ import threading
 import time
 
 from . import (EV_ADMITTED, EV_PUT_DONE, EV_PUT_FAILED, PdkvAgain, PdkvError, PdkvTimeout,
-               PdkvTooBig, PdkvNotConnected, error_of)
+               PdkvTooBig, error_of)
 
 _PUT_MAX = 4096  # chunks in one put
+_SLICE_S = 0.5   # a receiver's waits, in slices of this
 
 
 def chunk_key(req_id, layer, block, rank):
@@ -93,6 +94,7 @@ class KVConnector:
         self._gone = set()  # ended since the last get_finished(): their saves are dropped
         self.stats = {}  # req_id -> (bytes, seconds from declare/start to done)
         self._ready = queue.Queue()
+        self._closing = False
         self._todo = queue.Queue()
         self._threads = []
         if role == "receiver":
@@ -134,7 +136,9 @@ class KVConnector:
         return f
 
     def close(self):
-        """Stop the waiters (the agent stays the caller's)."""
+        """Stop the waiters, within a slice of their waits (the agent stays the
+        caller's)."""
+        self._closing = True
         for _ in self._threads:
             self._todo.put(None)
         for t in self._threads:
@@ -286,13 +290,22 @@ class KVConnector:
             req_id = self._todo.get()
             if req_id is None:
                 return
-            try:
-                info = self.agent.recv_wait(req_id, timeout=self.load_timeout)
-                self._ready.put((req_id, info, None))
-            except PdkvNotConnected as e:
-                self._ready.put((req_id, None, e))
-            except PdkvError as e:
-                self._ready.put((req_id, None, e))
+            r = self._recv.get(req_id)
+            deadline = (r.t0 if r else time.monotonic()) + self.load_timeout
+            while not self._closing and req_id in self._recv:
+                # In slices, so cancel_load() and close() are seen within one.
+                left = deadline - time.monotonic()
+                try:
+                    info = self.agent.recv_wait(req_id, timeout=max(0.0, min(left, _SLICE_S)))
+                    self._ready.put((req_id, info, None))
+                    break
+                except PdkvTimeout as e:
+                    if left <= _SLICE_S:
+                        self._ready.put((req_id, None, e))
+                        break
+                except PdkvError as e:
+                    self._ready.put((req_id, None, e))
+                    break
 
     def _mark(self, req_id, info, err):
         r = self._recv.get(req_id)
