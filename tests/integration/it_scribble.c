@@ -10,7 +10,7 @@
  * rings and pin journals, and the agent table.
  *
  * And what a worker may write (the send pool it allocates from, its own
- * rings) is input: a scribbler writing garbage there while pdbench runs
+ * rings, its own pin journal) is input: a scribbler writing garbage there while pdbench runs
  * on other agents costs pdbench nothing (every request completes and
  * verifies, no slot leaks) and the scribbler its life (fenced when its
  * ring holds garbage).
@@ -230,18 +230,50 @@ static int scribble_beside(void *arg)
 	return 0;
 }
 
+/* The child: attach to the decode broker and fill its own pin journal
+ * with garbage for 2 s: random words, and hazards of real buckets at low
+ * sequence numbers (early incarnations of live entries, which the broker
+ * must then keep until they go), then detach. */
+static int scribble_journal(void *arg)
+{
+	const struct scribble *sc = arg;
+	struct pd_agent *a = NULL;
+	uint64_t x = 0x243f6a8885a308d3ull ^ (uint64_t)getpid();
+	_Atomic uint64_t *j;
+	uint32_t n, nb;
+
+	if (pd_test_agent_attach(sc->b, PD_AGENT_RECV, &a) < 0 ||
+	    !(j = pd_layout_pins(&a->shm, a->id - 1)))
+		return 2;
+	n = pd_layout_pins_count(&a->shm);
+	nb = a->shm.index.mask + 1;
+	for (int i = 0; i < SCRIBBLE_ROUNDS; i++) {
+		for (int k = 0; k < 16; k++) {
+			uint64_t v = rnd(&x) & 1 ? (uint64_t)rnd(&x) << 32 | rnd(&x) :
+						   PD_INDEX_HAZARD(rnd(&x) % nb, rnd(&x) % 64);
+
+			atomic_store(&j[rnd(&x) % n], v);
+		}
+		(void)usleep(20 * 1000);
+	}
+	pd_agent_detach(a); /* its journal is the broker's to empty */
+	return 0;
+}
+
 static void test_scribbler_beside_pdbench(void **state)
 {
 	struct it *t = it_start(64, 64);
-	struct scribble sc = { .b = &t->p };
+	struct scribble sc = { .b = &t->p }, sj = { .b = &t->d };
 	struct pd_run_result r = { 0 };
 	char bin[128];
-	pid_t pid;
+	pid_t pid, jpid;
 
 	(void)state;
 	assert_int_equal(pd_run_bin("pdbench", bin, sizeof(bin)), 0);
 	pid = pd_test_fork(scribble_beside, &sc);
 	assert_true(pid > 0);
+	jpid = pd_test_fork(scribble_journal, &sj);
+	assert_true(jpid > 0);
 	{
 		const char *argv[] = { bin, "--prefill-name", t->p.name, "--decode-name", t->d.name,
 				       "--decode-ctrl", t->d.ctrl, "--rundir", t->p.rundir,
@@ -261,6 +293,7 @@ static void test_scribbler_beside_pdbench(void **state)
 		fail_msg("pdbench exited %d", r.exit_code);
 	}
 	pd_run_free(&r);
+	assert_int_equal(pd_test_wait(jpid, 30000), 0);
 	assert_int_equal(pd_test_wait(pid, 30000), 128 + SIGKILL); /* fenced */
 	assert_true(it_wait_stat(&t->p, "agents.fenced", 1) >= 1);
 	assert_true(it_wait_stat(&t->p, "pool.send.lock_resets", 1) >= 1);
