@@ -42,7 +42,7 @@ from . import (EV_ADMITTED, EV_PUT_DONE, EV_PUT_FAILED, PdkvAgain, PdkvError, Pd
                PdkvTooBig, error_of)
 
 _PUT_MAX = 4096  # chunks in one put
-_SLICE_S = 0.5   # a receiver's waits, in slices of this
+_SLICE_S = 0.2   # a receiver's waits, in slices of this, taking turns
 
 
 def chunk_key(req_id, layer, block, rank):
@@ -65,10 +65,11 @@ class _Send:
 
 
 class _Recv:
-    __slots__ = ("block_ids", "ready", "loaded", "info", "t0")
+    __slots__ = ("block_ids", "ready", "loaded", "info", "t0", "dropped")
 
     def __init__(self, block_ids):
         self.block_ids = list(block_ids)
+        self.dropped = False  # cancel_load(): released when it comes, never reported
         self.ready = False
         self.loaded = set()
         self.info = None
@@ -78,9 +79,11 @@ class _Recv:
 class KVConnector:
     """The KV connector of one tensor-parallel rank. role: "sender" (prefill)
     or "receiver" (decode). load_timeout: how long a receiver waits for a
-    started request before failing it (seconds)."""
+    started request before failing it (seconds). waiters: the receiver's
+    threads waiting for started loads; they take turns over all of them in
+    slices of 0.2 s, so a load that arrived is seen however many wait."""
 
-    def __init__(self, agent, role, tp_rank=0, tp_size=1, load_timeout=60.0, waiters=4):
+    def __init__(self, agent, role, tp_rank=0, tp_size=1, load_timeout=60.0, waiters=8):
         if role not in ("sender", "receiver"):
             raise ValueError("role: sender or receiver")
         if not 0 <= tp_rank < tp_size:
@@ -180,7 +183,7 @@ class KVConnector:
         self._stage()
         for req_id in list(self._send):
             r = self._send.get(req_id)
-            if r is not None and r.staged:
+            if r is not None and (r.staged or (r.total == 0 and not r.put)):
                 self._flush(req_id, r)
 
     def _events(self):
@@ -238,8 +241,8 @@ class KVConnector:
         del r.pending[:n]
 
     def _flush(self, req_id, r):
-        while r.staged:
-            batch = r.staged[:_PUT_MAX]
+        while r.staged or (r.total == 0 and not r.put):  # a request of no blocks: one
+            batch = r.staged[:_PUT_MAX]                   # empty last batch says so
             last = r.put + len(batch) == r.total
             try:
                 self.agent.put(req_id, r.endpoint, batch, r.total, world_size=self.tp_size,
@@ -249,7 +252,7 @@ class KVConnector:
             except PdkvError as e:
                 self._drop(req_id, r, e)
                 return
-            r.put += len(batch)
+            r.put += len(batch) or 1  # (the empty batch counts: it is put)
             del r.staged[:len(batch)]
 
     # ---- receiver ----------------------------------------------------------------------
@@ -262,9 +265,17 @@ class KVConnector:
 
     def cancel_load(self, req_id):
         """Forget a started load (the engine learnt the request failed on the
-        prefill side, or dropped it): it is not reported. Returns at once."""
-        if self._recv.pop(req_id, None) is not None:
+        prefill side, or dropped it): it is not reported. Its chunks, if they
+        come, are released as they arrive (within load_timeout), so they never
+        hold the receive pool. Returns at once."""
+        r = self._recv.get(req_id)
+        if r is None:
+            return
+        if r.ready:
+            self._recv.pop(req_id)
             self._release(req_id)
+        else:
+            r.dropped = True
 
     def wait_for_layer_load(self, layer, timeout=None):
         """Block until this layer of every started request is in the cache (or the
@@ -272,7 +283,7 @@ class KVConnector:
         deadline = time.monotonic() + (self.load_timeout if timeout is None else timeout)
         for req_id in list(self._recv):
             r = self._recv.get(req_id)
-            while r is not None and not r.ready:
+            while r is not None and not r.ready and not r.dropped:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise PdkvTimeout(110, "wait_for_layer_load(%s): %s not here" %
@@ -281,7 +292,7 @@ class KVConnector:
                     self._mark(*self._ready.get(timeout=min(left, 1.0)))
                 except queue.Empty:
                     pass
-            if r is not None and r.info is not None and not r.info.status:
+            if r is not None and r.ready and r.info is not None and not r.info.status:
                 self._copy_layer(req_id, r, layer)
         self._load_ready()
 
@@ -291,21 +302,21 @@ class KVConnector:
             if req_id is None:
                 return
             r = self._recv.get(req_id)
-            deadline = (r.t0 if r else time.monotonic()) + self.load_timeout
-            while not self._closing and req_id in self._recv:
-                # In slices, so cancel_load() and close() are seen within one.
-                left = deadline - time.monotonic()
-                try:
-                    info = self.agent.recv_wait(req_id, timeout=max(0.0, min(left, _SLICE_S)))
-                    self._ready.put((req_id, info, None))
-                    break
-                except PdkvTimeout as e:
-                    if left <= _SLICE_S:
-                        self._ready.put((req_id, None, e))
-                        break
-                except PdkvError as e:
+            if r is None or self._closing:
+                continue
+            # One slice, then the next load's turn (round robin): a waiter never
+            # sits on a load the receiver has not admitted while one it has waits.
+            left = r.t0 + self.load_timeout - time.monotonic()
+            try:
+                info = self.agent.recv_wait(req_id, timeout=max(0.0, min(left, _SLICE_S)))
+                self._ready.put((req_id, info, None))
+            except PdkvTimeout as e:
+                if left <= _SLICE_S:
                     self._ready.put((req_id, None, e))
-                    break
+                else:
+                    self._todo.put(req_id)
+            except PdkvError as e:
+                self._ready.put((req_id, None, e))
 
     def _mark(self, req_id, info, err):
         r = self._recv.get(req_id)
@@ -313,6 +324,11 @@ class KVConnector:
             return
         r.ready = True
         r.info = info
+        if r.dropped:
+            self._recv.pop(req_id)
+            if err is None:
+                self._release(req_id)
+            return
         if err is not None or info.status:
             self._recv.pop(req_id)
             self._release(req_id)
