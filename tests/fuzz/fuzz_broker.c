@@ -140,6 +140,7 @@ static int make_shm(struct pd_broker *b)
 				    .epoch = b->epoch, .index_seed = 1, .pins_per_agent = 64 };
 	int rc = pd_layout_create(&o, &b->shm, NULL, 0);
 
+	b->shm.send.resetter = 1; /* as pdbroker's: an unusable send pool mutex is made new */
 	if (rc < 0)
 		return rc;
 	b->have_shm = 1;
