@@ -642,8 +642,10 @@ static int reset_locked(struct pd_pool *p)
 	struct pd_pool_shm *s = p->shm;
 	int rc = pd_mutex_init(&s->lock);
 
-	if (rc == 0)
+	if (rc == 0) {
+		pd_mutex_wake_all(&s->lock); /* those asleep on the old word try the new one */
 		rc = pd_cond_init(&s->cond);
+	}
 	if (rc == 0)
 		rc = pd_mutex_lock_timeout(&s->lock, PD_POOL_LOCK_MS, repair, p);
 	if (rc < 0)

@@ -146,6 +146,12 @@ int pd_mutex_owner_alive(const struct pd_mutex *mx, int32_t pid)
 	return access(path, F_OK) == 0;
 }
 
+void pd_mutex_wake_all(struct pd_mutex *mx)
+{
+	/* glibc sleeps on its lock word; shared: the sleepers are other processes. */
+	(void)syscall(SYS_futex, &mx->m.__data.__lock, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
 {
 	/* Shared (not FUTEX_PRIVATE_FLAG): waiters live in other processes.

@@ -68,6 +68,10 @@ void pd_mutex_unlock(struct pd_mutex *mx);
  * that is gone or never was: the word was written over). From the kernel's
  * /proc, not from the mutex's memory alone. */
 int pd_mutex_owner_alive(const struct pd_mutex *mx, int32_t pid);
+/* Wake every thread asleep on mx's lock word: after mx was made new in
+ * place (pd_mutex_init() over a word that named a holder), the sleepers'
+ * waiters bit is gone with the old word, so no unlock would wake them. */
+void pd_mutex_wake_all(struct pd_mutex *mx);
 
 /**
  * Wait on cv with mx held until signalled or deadline_ns. The mutex is held

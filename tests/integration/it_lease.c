@@ -36,7 +36,8 @@ struct hog {
 	int fd;          /* write "1" once holding */
 	const char *req; /* recv: the request to pin */
 	int scribble;    /* send: make the loans' descriptors name nobody */
-	int lock;        /* 1: stop holding the send pool's mutex; 2: garbage over it */
+	int lock;        /* 1: stop holding the send pool's mutex; 2: garbage over it;
+			  * 3: make it look held by a thread that does not exist */
 	int wait;        /* send: hold the loans running (until killed), not stopped */
 };
 
@@ -66,7 +67,20 @@ static void name_nobody(struct hog *h, const pd_slot_ref *r, uint32_t n)
 	}
 }
 
-/* Child: take the send pool's mutex and stop (1), or write over it (2). */
+/* A thread id no thread has now: a child's, reaped. */
+static int32_t gone_tid(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(0);
+	(void)waitpid(pid, NULL, 0);
+	return (int32_t)pid;
+}
+
+/* Child: take the send pool's mutex and stop (1), write over it (2), or
+ * write a lock word naming a thread that does not exist (3: no owner-died
+ * flag, so only the broker's look at /proc can tell). */
 static int hog_lock(void *arg)
 {
 	struct hog *h = arg;
@@ -76,7 +90,12 @@ static int hog_lock(void *arg)
 
 	if (pd_test_agent_attach(&h->t->p, PD_AGENT_SEND, &a) < 0 || !(s = send_pool(h)))
 		return 2;
-	if (h->lock == 2) {
+	if (h->lock == 3) {
+		int32_t tid = gone_tid();
+
+		__atomic_store_n(&s->lock.m.__data.__owner, tid, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->lock.m.__data.__lock, tid, __ATOMIC_RELEASE);
+	} else if (h->lock == 2) {
 		memset(&s->lock, 0xa5, sizeof(s->lock));
 	} else if (pd_pool_open(&p, s, sizeof(*s) + 64 * 1024, NULL, 0) < 0 ||
 		   pd_pool_lock(&p, 0, pd_deadline_ms(1000)) < 0) {
@@ -84,7 +103,7 @@ static int hog_lock(void *arg)
 	}
 	if (ready(h))
 		return 4;
-	if (h->lock == 2)
+	if (h->lock >= 2)
 		(void)pause();
 	else
 		(void)raise(SIGSTOP);
@@ -332,6 +351,24 @@ static void test_loans_of_an_agent_dying_behind_a_held_lock_come_back(void **sta
 	it_stop(t, 0);
 }
 
+/* The send pool's mutex "held" by a thread that does not exist, with no
+ * owner-died flag for the kernel to set: the broker sees the holder is
+ * not alive (/proc) and makes it new; nobody is fenced. */
+static void test_lock_held_by_no_thread_is_reset(void **state)
+{
+	struct it *t = it_start(16, 64);
+	struct hog h = { .t = t, .lock = 3 };
+
+	(void)state;
+	(void)start_hog(&h, hog_lock);
+	put_and_verify(t, "A");
+	assert_true(it_wait_stat(&t->p, "pool.send.lock_resets", 1) >= 1);
+	assert_int_equal(it_stat(&t->p, "agents.fenced"), 0);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	put_and_verify(t, "B");
+	it_stop(t, 0);
+}
+
 /* Bytes written over the send pool's mutex: the broker makes it new. */
 static void test_garbage_over_the_pool_lock_is_reset(void **state)
 {
@@ -360,6 +397,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_loans_of_an_agent_dying_behind_a_held_lock_come_back,
 					  kill_hog),
 		cmocka_unit_test_teardown(test_garbage_over_the_pool_lock_is_reset, kill_hog),
+		cmocka_unit_test_teardown(test_lock_held_by_no_thread_is_reset, kill_hog),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
