@@ -23,6 +23,8 @@
 #include "pd_time.h"
 
 #define TICK_NS      (100 * PD_NS_PER_MS)
+#define IDLE_TICK_NS PD_NS_PER_S /* nothing to time: one tick a second (stats fresh) */
+#define IDLE_AFTER   3u          /* ticks with nothing to time before slowing */
 #define SQ_ENTRIES   2048u
 #define CQ_ENTRIES   512u
 #define MAX_REQUESTS 65536u
@@ -48,6 +50,55 @@ static void check_drained(struct pd_broker *b, uint64_t now)
 	}
 }
 
+/* Anything that needs the 100 ms tick: agents (or hellos), requests, recv
+ * waits, retries, live peers, a stop. Without, a deadline the tick would
+ * check does not exist; a wait it could begin (an attach, a message, an
+ * admin request) wakes the loop, which speeds the tick up at once. */
+static int has_timed_work(const struct pd_broker *b)
+{
+	struct pd_agents_stats as;
+	struct pd_ctrl_peer_info pi;
+	struct pd_tx_stats ts;
+	struct pd_rx_stats rs;
+
+	if (b->stopping || pd_agents_count(b->agents) || !LIST_EMPTY(&b->waiters) ||
+	    b->nfree_later || b->nreclaim_later)
+		return 1;
+	pd_agents_get_stats(b->agents, &as);
+	if (as.pending)
+		return 1;
+	if (b->tx) {
+		pd_tx_get_stats(b->tx, &ts);
+		if (ts.live_requests || ts.live_batches || ts.writes_in_flight)
+			return 1;
+	}
+	if (b->rx) {
+		pd_rx_get_stats(b->rx, &rs);
+		if (rs.live_requests || rs.waiting_requests)
+			return 1;
+	}
+	for (uint32_t id = 1; id < MAX_TOKENS; id++) {
+		int rc = pd_ctrl_peer_info(b->ctrl, id, &pi);
+
+		if (rc == -ENOENT)
+			break;
+		if (rc == 0 && pi.state != PD_CTRL_PEER_DOWN)
+			return 1;
+	}
+	return 0;
+}
+
+/* The tick's pace: 100 ms with timed work, a second after IDLE_AFTER ticks
+ * without (an idle broker wakes once a second, not ten times). */
+static void pace(struct pd_broker *b, int fast)
+{
+	if (fast == !b->tick_slow)
+		return;
+	if (pd_loop_set_tick(b->loop, fast ? TICK_NS : IDLE_TICK_NS) == 0)
+		b->tick_slow = !fast;
+	b->idle_ticks = 0;
+}
+
 static void on_tick(void *ctx)
 {
 	struct pd_broker *b = ctx;
@@ -67,11 +118,23 @@ static void on_tick(void *ctx)
 	pd_broker_stats_publish(b);
 	if (b->stopping)
 		check_drained(b, now);
+	b->tick_turn = 1;
+	if (has_timed_work(b))
+		pace(b, 1);
+	else if (!b->tick_slow && ++b->idle_ticks >= IDLE_AFTER)
+		pace(b, 0);
 }
 
 static void before_sleep(void *ctx)
 {
 	struct pd_broker *b = ctx;
+
+	/* Slow, and woken by something else than the tick, or work came with
+	 * it: there may be a deadline to check now (on_tick slows down again
+	 * once there is none). */
+	if (b->tick_slow && (!b->tick_turn || has_timed_work(b)))
+		pace(b, 1);
+	b->tick_turn = 0;
 
 	pd_agents_before_sleep(b->agents);
 	pd_broker_fail_unreachable(b);

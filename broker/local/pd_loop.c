@@ -119,21 +119,34 @@ static void on_signal(void *ctx, uint32_t events)
 			l->o.on_signal(l->o.ctx, (int)si.ssi_signo);
 }
 
-static int setup_timer(struct pd_loop *l)
+static int arm(struct pd_loop *l, uint64_t tick_ns)
 {
 	struct itimerspec its = { 0 };
+
+	its.it_interval.tv_sec = (time_t)(tick_ns / 1000000000ull);
+	its.it_interval.tv_nsec = (long)(tick_ns % 1000000000ull);
+	its.it_value = its.it_interval;
+	return timerfd_settime(l->tfd, 0, &its, NULL) < 0 ? -errno : 0;
+}
+
+static int setup_timer(struct pd_loop *l)
+{
+	int rc;
 
 	if (!l->o.tick_ns)
 		return 0;
 	l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (l->tfd < 0)
 		return -errno;
-	its.it_interval.tv_sec = (time_t)(l->o.tick_ns / 1000000000ull);
-	its.it_interval.tv_nsec = (long)(l->o.tick_ns % 1000000000ull);
-	its.it_value = its.it_interval;
-	if (timerfd_settime(l->tfd, 0, &its, NULL) < 0)
-		return -errno;
-	return pd_loop_add(l, l->tfd, EPOLLIN, on_timer, l);
+	rc = arm(l, l->o.tick_ns);
+	return rc < 0 ? rc : pd_loop_add(l, l->tfd, EPOLLIN, on_timer, l);
+}
+
+int pd_loop_set_tick(struct pd_loop *l, uint64_t tick_ns)
+{
+	if (!l || l->tfd < 0 || tick_ns == 0)
+		return -EINVAL;
+	return arm(l, tick_ns);
 }
 
 static int setup_signals(struct pd_loop *l)

@@ -36,5 +36,7 @@ void pd_loop_del(struct pd_loop *l, int fd);
 /* Run until pd_loop_stop(). @return 0 or -errno (epoll failed). */
 int pd_loop_run(struct pd_loop *l);
 void pd_loop_stop(struct pd_loop *l);
+/* Tick every tick_ns from now on (a loop created with a tick). 0; -EINVAL. */
+int pd_loop_set_tick(struct pd_loop *l, uint64_t tick_ns);
 
 #endif
