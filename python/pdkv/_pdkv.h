@@ -73,6 +73,9 @@ int pdpy_timeout_ms(PyObject *o, uint32_t none_ms, uint32_t *ms);
 /* A request id or key argument as bytes (str is UTF-8); NULL with an
  * exception set. max: its longest length. */
 PyObject *pdpy_bytes_arg(PyObject *o, const char *what, Py_ssize_t max);
+/* The same for what libpdagent takes as a C string (a request id, an
+ * endpoint): a NUL byte in it is a ValueError, never a shorter id. */
+PyObject *pdpy_cstr_arg(PyObject *o, const char *what, Py_ssize_t max);
 
 /* A call without the GIL: counted, so close() waits for it. */
 #define NOGIL_BEGIN(self) \

@@ -162,8 +162,8 @@ static PyObject *agent_declare(PyObject *o, PyObject *args, PyObject *kw)
 					 &world, &rank, &tmo) ||
 	    pdpy_timeout_ms(tmo, 0, &ms) < 0 || pdpy_open_or_raise(self) < 0)
 		return NULL;
-	if (!(rb = pdpy_bytes_arg(req, "req_id", PD_REQ_ID_MAX)) ||
-	    !(eb = pdpy_bytes_arg(ep, "endpoint", PD_ENDPOINT_MAX)))
+	if (!(rb = pdpy_cstr_arg(req, "req_id", PD_REQ_ID_MAX)) ||
+	    !(eb = pdpy_cstr_arg(ep, "endpoint", PD_ENDPOINT_MAX)))
 		goto out;
 	memset(&d, 0, sizeof(d));
 	d.req_id = PyBytes_AS_STRING(rb);
@@ -190,7 +190,7 @@ static PyObject *agent_req_state(PyObject *o, PyObject *req)
 	int32_t status = 0;
 	int rc;
 
-	if (pdpy_open_or_raise(self) < 0 || !(rb = pdpy_bytes_arg(req, "req_id", PD_REQ_ID_MAX)))
+	if (pdpy_open_or_raise(self) < 0 || !(rb = pdpy_cstr_arg(req, "req_id", PD_REQ_ID_MAX)))
 		return NULL;
 	rc = pd_req_state(self->a, PyBytes_AS_STRING(rb), &status);
 	if (rc < 0) {
@@ -234,7 +234,7 @@ static PyObject *agent_alloc(PyObject *o, PyObject *args, PyObject *kw)
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|O:alloc", kwlist, &req, &n, &tmo) ||
 	    pdpy_timeout_ms(tmo, 0, &ms) < 0 || pdpy_open_or_raise(self) < 0 ||
-	    !(rb = pdpy_bytes_arg(req, "req_id", PD_REQ_ID_MAX)))
+	    !(rb = pdpy_cstr_arg(req, "req_id", PD_REQ_ID_MAX)))
 		return NULL;
 	if (n == 0 || n > PD_PUT_MAX_CHUNKS) {
 		Py_DECREF(rb);

@@ -221,6 +221,17 @@ PyObject *pdpy_bytes_arg(PyObject *o, const char *what, Py_ssize_t max)
 	return b;
 }
 
+PyObject *pdpy_cstr_arg(PyObject *o, const char *what, Py_ssize_t max)
+{
+	PyObject *b = pdpy_bytes_arg(o, what, max);
+
+	if (b && memchr(PyBytes_AS_STRING(b), 0, (size_t)PyBytes_GET_SIZE(b))) {
+		Py_DECREF(b);
+		return PyErr_Format(PyExc_ValueError, "%s: no NUL byte", what);
+	}
+	return b;
+}
+
 /* ---- the module ------------------------------------------------------------------------- */
 
 static PyObject *py_version(PyObject *self, PyObject *noargs)

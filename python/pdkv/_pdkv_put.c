@@ -151,8 +151,8 @@ PyObject *pdpy_agent_put(PyObject *o, PyObject *args, PyObject *kw)
 					 &total, &world, &rank, &last) ||
 	    pdpy_open_or_raise(self) < 0)
 		return NULL;
-	if (!(rb = pdpy_bytes_arg(req, "req_id", PD_REQ_ID_MAX)) ||
-	    !(eb = pdpy_bytes_arg(ep, "endpoint", PD_ENDPOINT_MAX))) {
+	if (!(rb = pdpy_cstr_arg(req, "req_id", PD_REQ_ID_MAX)) ||
+	    !(eb = pdpy_cstr_arg(ep, "endpoint", PD_ENDPOINT_MAX))) {
 		Py_XDECREF(rb);
 		return NULL;
 	}
@@ -242,7 +242,7 @@ PyObject *pdpy_agent_cancel(PyObject *o, PyObject *req)
 	PyObject *rb;
 	int rc;
 
-	if (pdpy_open_or_raise(self) < 0 || !(rb = pdpy_bytes_arg(req, "req_id", PD_REQ_ID_MAX)))
+	if (pdpy_open_or_raise(self) < 0 || !(rb = pdpy_cstr_arg(req, "req_id", PD_REQ_ID_MAX)))
 		return NULL;
 	NOGIL_BEGIN(self);
 	rc = pd_cancel(self->a, PyBytes_AS_STRING(rb));

@@ -114,7 +114,7 @@ PyObject *pdpy_agent_recv_wait(PyObject *o, PyObject *args, PyObject *kw)
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:recv_wait", kwlist, &req, &tmo) ||
 	    pdpy_open_or_raise(self) < 0 || wait_args(tmo, &deadline, &ms) < 0 ||
-	    !(rb = pdpy_bytes_arg(req, "req_id", PD_REQ_ID_MAX)))
+	    !(rb = pdpy_cstr_arg(req, "req_id", PD_REQ_ID_MAX)))
 		return NULL;
 	for (;;) {
 		NOGIL_BEGIN(self);
@@ -208,7 +208,7 @@ PyObject *pdpy_agent_recv_release(PyObject *o, PyObject *req)
 	PyObject *rb;
 	int rc, known;
 
-	if (pdpy_open_or_raise(self) < 0 || !(rb = pdpy_bytes_arg(req, "req_id", PD_REQ_ID_MAX)))
+	if (pdpy_open_or_raise(self) < 0 || !(rb = pdpy_cstr_arg(req, "req_id", PD_REQ_ID_MAX)))
 		return NULL;
 	tag = known_tag(self, rb, &known);
 	if (!known && learn_tag(self, rb) == 0)

@@ -141,6 +141,10 @@ def test_lengths_and_values(pair):
         lambda: tx.declare(b"", ep, 1),
         lambda: tx.declare(long_id, ep, 1),
         lambda: tx.declare("ok", "", 1),
+        lambda: tx.declare("a\0b", ep, 1),       # a C string: never a shorter id
+        lambda: tx.declare("ok", ep + "\0", 1),
+        lambda: tx.req_state(b"a\0"),
+        lambda: rx.recv_wait("a\0b", 0),
         lambda: tx.alloc(long_id, 1),
         lambda: tx.alloc("", 1),
         lambda: tx.req_state(long_id),
