@@ -195,6 +195,23 @@ static int make_rundir(struct pd_broker *b, char *err, size_t errlen)
 	return 0;
 }
 
+int pd_broker_shm_create(struct pd_broker *b, const struct pd_layout_opts *o, char *err,
+			 size_t errlen)
+{
+	int rc = pd_layout_create(o, &b->shm, err, errlen);
+
+	b->shm.send.resetter = 1; /* an unusable send pool mutex is made new here */
+	if (rc < 0)
+		return rc;
+	b->have_shm = 1;
+	if (b->shm.has_recv) {
+		b->grant = calloc(b->shm.recv.nslots, sizeof(*b->grant));
+		if (!b->grant)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 {
 	struct pd_layout_opts o = { .name = b->cfg.name, .send_slots = b->cfg.send_slots,
@@ -206,21 +223,14 @@ static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 
 	if (getrandom(&o.index_seed, sizeof(o.index_seed), 0) != sizeof(o.index_seed))
 		o.index_seed = b->epoch;
-	rc = pd_layout_create(&o, &b->shm, err, errlen);
-	b->shm.send.resetter = 1; /* an unusable send pool mutex is made new here */
+	rc = pd_broker_shm_create(b, &o, err, errlen);
 	if (rc < 0)
 		return rc;
-	b->have_shm = 1;
 	if (b->gid != (gid_t)-1 && fchown(b->shm.seg.fd, (uid_t)-1, b->gid) < 0) {
 		rc = -errno;
 		pd_err_set(err, errlen, "--group %s: cannot give the segment to it: %s",
 			   b->cfg.group, pd_strerror(rc));
 		return rc;
-	}
-	if (b->shm.has_recv) {
-		b->grant = calloc(b->shm.recv.nslots, sizeof(*b->grant));
-		if (!b->grant)
-			return -ENOMEM;
 	}
 	return 0;
 }
@@ -262,7 +272,7 @@ static int make_loop_and_agents(struct pd_broker *b, char *err, size_t errlen)
 	return pd_agents_create(&ao, &b->agents, err, errlen);
 }
 
-static int make_engines(struct pd_broker *b)
+int pd_broker_engines_create(struct pd_broker *b)
 {
 	struct pd_rx_opts ro = { .pool = &b->shm.recv, .index = &b->shm.index,
 				 .ops = &pd_broker_rx_ops, .ctx = b, .owner = BROKER_OWNER,
@@ -396,7 +406,7 @@ int pd_broker_create(const struct pd_config *cfg, struct pd_broker **out, char *
 	if (rc == 0)
 		rc = pd_broker_leases_init(b);
 	if (rc == 0)
-		rc = make_engines(b);
+		rc = pd_broker_engines_create(b);
 	if (rc == 0)
 		rc = pd_broker_xport_init(b, err, errlen);
 	if (rc == 0)

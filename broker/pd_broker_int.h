@@ -199,6 +199,14 @@ void pd_broker_waiters_expire(struct pd_broker *b, uint64_t now);
 void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner, int32_t pid);
 
 /* pd_broker_lease.c: loans and pins are leases (see there). */
+/* The segment of layout o (the send pool's handle the one that makes an
+ * unusable mutex new) and the receiver's grant words; the request
+ * engines as b->cfg sets them. Parts of pd_broker_create() that the fuzz
+ * targets build their broker from too. 0 or -errno. */
+int pd_broker_shm_create(struct pd_broker *b, const struct pd_layout_opts *o, char *err,
+			 size_t errlen);
+int pd_broker_engines_create(struct pd_broker *b);
+
 int pd_broker_leases_init(struct pd_broker *b);
 void pd_broker_leases_fini(struct pd_broker *b);
 void pd_broker_leases_check(struct pd_broker *b, uint64_t now);

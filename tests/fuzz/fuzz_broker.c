@@ -138,19 +138,16 @@ static int make_shm(struct pd_broker *b)
 				    .slot_size = b->cfg.slot_size, .max_agents = FZB_MAX_AGENTS,
 				    .sq_entries = FZB_SQ_ENTRIES, .cq_entries = FZB_CQ_ENTRIES,
 				    .epoch = b->epoch, .index_seed = 1, .pins_per_agent = 64 };
-	int rc = pd_layout_create(&o, &b->shm, NULL, 0);
+	int rc = pd_broker_shm_create(b, &o, NULL, 0);
 
-	b->shm.send.resetter = 1; /* as pdbroker's: an unusable send pool mutex is made new */
 	if (rc < 0)
 		return rc;
-	b->have_shm = 1;
 	/* Agents get its fd: no name is needed, and none is left in /dev/shm
 	 * whatever ends the run. */
 	(void)pd_segment_unlink(b->cfg.name);
 	if (b->shm.has_recv) {
-		b->grant = calloc(b->shm.recv.nslots, sizeof(*b->grant));
 		b->slot_len = calloc(b->shm.recv.nslots, sizeof(*b->slot_len));
-		if (!b->grant || !b->slot_len)
+		if (!b->slot_len)
 			return -ENOMEM;
 	}
 	return 0;
@@ -172,28 +169,6 @@ static int make_loop_and_agents(struct fzb *f)
 	rc = pd_loop_add(b->loop, f->kick, EPOLLIN, on_kick, f);
 	ao.loop = b->loop;
 	return rc < 0 ? rc : pd_agents_create(&ao, &b->agents, NULL, 0);
-}
-
-static int make_engines(struct pd_broker *b)
-{
-	struct pd_rx_opts ro = { .pool = &b->shm.recv, .index = &b->shm.index,
-				 .ops = &pd_broker_rx_ops, .ctx = b, .owner = BROKER_OWNER,
-				 .max_requests = MAX_REQUESTS,
-				 .admission_timeout_ns = b->cfg.admission_timeout_ns,
-				 .ttl_ns = b->cfg.recv_ttl_ns, .tombstone_ns = TOMBSTONE_NS,
-				 .max_held_bytes = MAX_HELD, .peer_max_requests = PD_RX_FAIR_SHARE,
-				 .max_peers = MAX_TOKENS };
-	struct pd_tx_opts to = { .ops = &pd_broker_tx_ops, .ctx = b,
-				 .max_requests = MAX_REQUESTS,
-				 .alloc_timeout_ns = b->cfg.admission_timeout_ns + 5 * PD_NS_PER_S,
-				 .tombstone_ns = TOMBSTONE_NS };
-	int rc = 0;
-
-	if (b->shm.has_recv)
-		rc = pd_rx_create(&ro, &b->rx);
-	if (rc == 0 && b->shm.has_send)
-		rc = pd_tx_create(&to, &b->tx);
-	return rc;
 }
 
 /* The tables pd_broker_xport_init() makes, and the transport of fuzz_xport.h as tcp. */
@@ -248,7 +223,7 @@ void fzb_create(struct fzb *f, uint32_t send_slots, uint32_t recv_slots)
 	if (rc == 0)
 		rc = make_loop_and_agents(f);
 	if (rc == 0)
-		rc = make_engines(f->b);
+		rc = pd_broker_engines_create(f->b);
 	if (rc == 0)
 		rc = make_ctrl(f->b);
 	if (rc < 0)
