@@ -351,6 +351,37 @@ static void test_loans_of_an_agent_dying_behind_a_held_lock_come_back(void **sta
 	it_stop(t, 0);
 }
 
+/* A PUT the broker cannot take because a stopped agent holds the send
+ * pool's mutex: the request fails -ETIMEDOUT and its slots come back once
+ * the holder is fenced (they stay loaned to an agent that let go of them
+ * otherwise, until its own lease fences it). */
+static void test_put_behind_a_held_lock_fails_and_frees_its_slots(void **state)
+{
+	static const char *const extra[] = { "--loan-timeout", "0", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 64,
+							.p_extra = extra });
+	struct hog h = { .t = t, .lock = 1 };
+	struct pd_chunk c[4];
+	struct pd_batch b = { .req_id = "P", .endpoint = t->d.ctrl, .chunks = c, .n = 4,
+			      .total_chunks = 4, .world_size = 1, .last = 1 };
+	pd_slot_ref r[4];
+	pid_t hpid;
+
+	(void)state;
+	assert_int_equal(it_declare_on(t, t->pa, "P", 4), 0);
+	assert_int_equal(it_wait_admission(t->pa, "P"), PD_REQ_ADMITTED);
+	assert_int_equal(pd_alloc(t->pa, "P", 4, r, IT_WAIT_MS), 0);
+	for (uint32_t i = 0; i < 4; i++)
+		c[i] = (struct pd_chunk){ .slot = r[i], .len = 8, .klen = 3, .key = "P/k" };
+	hpid = start_hog(&h, hog_lock);
+	assert_int_equal(pd_put(t->pa, &b), 0);
+	assert_int_equal(it_expect_event_from(t->pa, "P", PD_EV_PUT_FAILED), -ETIMEDOUT);
+	assert_int_equal(wait_hog(hpid), 128 + SIGKILL); /* the holder, fenced */
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	put_and_verify(t, "A");
+	it_stop(t, 0);
+}
+
 /* The send pool's mutex "held" by a thread that does not exist, with no
  * owner-died flag for the kernel to set: the broker sees the holder is
  * not alive (/proc) and makes it new; nobody is fenced. */
@@ -398,6 +429,8 @@ int main(void)
 					  kill_hog),
 		cmocka_unit_test_teardown(test_garbage_over_the_pool_lock_is_reset, kill_hog),
 		cmocka_unit_test_teardown(test_lock_held_by_no_thread_is_reset, kill_hog),
+		cmocka_unit_test_teardown(test_put_behind_a_held_lock_fails_and_frees_its_slots,
+					  kill_hog),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
