@@ -48,15 +48,22 @@ static void buf_unlink(struct pdpy_buf *b)
 static void loan_dealloc(PyObject *self)
 {
 	struct pdpy_buf *b = (struct pdpy_buf *)self;
+	pdpy_agent *ag = b->agent;
+	int unended = b->valid && ag->a && !ag->closing;
 	pd_slot_ref ref = b->ref;
 
+	buf_unlink(b); /* off the agent's list before the GIL goes */
 	/* A loan dropped without put() or release() goes back to the pool,
 	 * as a file dropped unclosed is closed: held, it would outlive the
-	 * broker's --loan-timeout and get this process fenced. */
-	if (b->valid && b->agent->a && !b->agent->closing)
-		(void)pd_slot_release(b->agent->a, &ref, 1);
-	buf_unlink(b);
-	Py_DECREF(b->agent);
+	 * broker's --loan-timeout and get this process fenced. The pool's
+	 * mutex may be busy: not with the GIL held, and counted so a close()
+	 * on another thread waits for it. */
+	if (unended) {
+		NOGIL_BEGIN(ag);
+		(void)pd_slot_release(ag->a, &ref, 1);
+		NOGIL_END(ag);
+	}
+	Py_DECREF(ag);
 	PyObject_Free(self);
 }
 
