@@ -86,6 +86,10 @@ void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner, int32_t pid)
 		b->reclaim_later[b->nreclaim_later++].pid = pid;
 		PD_LOG_RL(WARN, slot, "agent %u (pid %d) detached; its loans come back once the "
 			  "send pool's lock is free", owner, pid);
+	} else {
+		PD_LOG_RL(WARN, slot, "agent %u (pid %d) detached; its loans not reclaimed (%u "
+			  "detaches wait already): the loan lease frees them", owner, pid,
+			  b->nreclaim_later);
 	}
 }
 
