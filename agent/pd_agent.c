@@ -10,6 +10,7 @@
 #include "pd_rundir.h"
 #include "pd_attach_client.h"
 #include "pd_err.h"
+#include "pd_pages.h"
 #include "pd_time.h"
 
 uint64_t pd_ag_tag(const void *req_id, uint32_t len)
@@ -119,6 +120,20 @@ static int map_segment(struct pd_agent *a, int seg_fd, const struct pd_attach_ac
 	return rc;
 }
 
+/* Fill the page tables of region id now, not one fault per 4 KiB page in
+ * the first copies. Best effort: a failure leaves the pages to fault in. */
+static void prefault(struct pd_agent *a, uint32_t id, int write)
+{
+	size_t len;
+	void *p = pd_segment_region(&a->shm.seg, id, &len);
+	int rc = p ? pd_pages_populate(p, len, write) : 0;
+
+	if (rc == -ENOSYS)
+		pd_pages_touch(p, len);
+	else if (rc < 0)
+		AG_LOG(a, DEBUG, "arena pages left to fault in: %s", pd_strerror(rc));
+}
+
 static int init_state(struct pd_agent *a)
 {
 	a->events = calloc(AG_MAX_EVENTS, sizeof(*a->events));
@@ -158,6 +173,10 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 		return rc;
 	rc = map_segment(a, fds[0], &ack);
 	(void)close(fds[0]);
+	if (rc == 0 && (o->roles & PD_AGENT_SEND))
+		prefault(a, PD_REGION_SEND_ARENA, 1); /* the arena it copies into */
+	if (rc == 0 && (o->roles & PD_AGENT_RECV))
+		prefault(a, PD_REGION_RECV_ARENA, 0); /* and out of */
 	if (rc < 0) {
 		close_fds(fds + 1, 2);
 		(void)close(a->sock);

@@ -19,6 +19,7 @@
 #include "pd_rundir.h"
 #include "pd_err.h"
 #include "pd_log.h"
+#include "pd_pages.h"
 #include "pd_metrics_http.h"
 #include "pd_time.h"
 
@@ -212,13 +213,31 @@ int pd_broker_shm_create(struct pd_broker *b, const struct pd_layout_opts *o, ch
 	return 0;
 }
 
+/* What the staging arenas got, and with --hugepages auto why not more. */
+static void log_pages(const struct pd_broker *b)
+{
+	char why[160];
+
+	if (b->shm.seg.page_size == PD_HUGE_PAGE) {
+		PD_LOG(INFO, broker, "staging arenas in 2 MiB huge pages");
+		return;
+	}
+	if (b->cfg.hugepages == PD_HUGE_OFF) {
+		PD_LOG(INFO, broker, "staging arenas in 4 KiB pages (--hugepages off)");
+		return;
+	}
+	pd_pages_why_not(why, sizeof(why));
+	PD_LOG(INFO, broker, "staging arenas in 4 KiB pages: %s (huge=within_size gives "
+	       "2 MiB pages)", why);
+}
+
 static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 {
 	struct pd_layout_opts o = { .name = b->cfg.name, .send_slots = b->cfg.send_slots,
 				    .recv_slots = b->cfg.recv_slots,
 				    .slot_size = b->cfg.slot_size, .max_agents = b->cfg.max_agents,
 				    .sq_entries = SQ_ENTRIES, .cq_entries = CQ_ENTRIES,
-				    .epoch = b->epoch };
+				    .epoch = b->epoch, .hugepages = b->cfg.hugepages };
 	int rc;
 
 	if (getrandom(&o.index_seed, sizeof(o.index_seed), 0) != sizeof(o.index_seed))
@@ -226,6 +245,7 @@ static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 	rc = pd_broker_shm_create(b, &o, err, errlen);
 	if (rc < 0)
 		return rc;
+	log_pages(b);
 	if (b->gid != (gid_t)-1 && fchown(b->shm.seg.fd, (uid_t)-1, b->gid) < 0) {
 		rc = -errno;
 		pd_err_set(err, errlen, "--group %s: cannot give the segment to it: %s",

@@ -253,6 +253,7 @@ static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now
 	i->send_used_hwm = b->shm.has_send ? (uint32_t)b->shm.send.shm->stats.high_water : 0;
 	i->recv_used_hwm = b->shm.has_recv ? (uint32_t)b->shm.recv.shm->stats.high_water : 0;
 	i->slot_size = b->cfg.slot_size;
+	i->page_size = b->shm.seg.page_size;
 	i->reserved = a ? a->outstanding : 0;
 	i->granted = a ? a->capacity - a->free : 0;
 	i->waiting = a ? a->nwaiting : 0;

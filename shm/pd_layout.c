@@ -163,6 +163,7 @@ int pd_layout_create(const struct pd_layout_opts *o, struct pd_shm *out, char *e
 	so.name = o->name;
 	so.epoch = o->epoch;
 	so.mode = o->mode;
+	so.hugepages = o->hugepages;
 	rc = pd_segment_create(&so, &seg, err, errlen);
 	if (rc < 0)
 		return rc;

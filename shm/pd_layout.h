@@ -87,6 +87,7 @@ struct pd_layout_opts {
 	uint64_t epoch;
 	uint64_t index_seed;
 	uint32_t mode;              /* 0: 0660 */
+	uint32_t hugepages;         /* PD_HUGE_* (pd_pages.h): the arenas' pages */
 	uint32_t pins_per_agent;    /* pin journal cells per agent, <= PD_PINS_MAX; 0: max(PD_PINS_MIN,
 				     * 2 x recv_slots) capped at PD_PINS_MAX; rounded up to a multiple
 				     * of PD_PINS_ROUND; none without recv slots */

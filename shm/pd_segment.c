@@ -10,6 +10,7 @@
 
 #include "pd_err.h"
 #include "pd_log.h"
+#include "pd_pages.h"
 #include "pd_segment.h"
 #include "pd_segment_lock.h"
 #include "pd_sync.h"
@@ -220,25 +221,74 @@ static int open_excl(const char *name, uint32_t mode, char *err, size_t errlen)
 	return -EEXIST;
 }
 
-/* Size, allocate every page now (first touch of shm is slow) and map.
- * Returns the mapping, or NULL with *rc set. */
-static void *size_and_map(int fd, uint64_t total, int *rc)
+static uint64_t arena_bytes(const struct pd_shm_region *r, uint64_t align)
+{
+	return (r[PD_REGION_SEND_ARENA].len / align + r[PD_REGION_RECV_ARENA].len / align) *
+	       align;
+}
+
+/* Allocate and map every page now (a first touch of shared memory during a
+ * copy costs more than the copy): the arenas in huge pages as o->hugepages
+ * says, asked for before their pages exist. */
+static int fill_pages(uint8_t *p, int fd, const struct pd_segment_opts *o,
+		      const struct pd_shm_region *r, uint64_t total)
+{
+	int rc = 0;
+
+	for (uint32_t id = PD_REGION_SEND_ARENA; rc == 0 && id <= PD_REGION_RECV_ARENA; id++)
+		rc = pd_pages_advise(p + r[id].off, r[id].len, o->hugepages);
+	if (rc == 0)
+		rc = pd_pages_populate(p, total, 1);
+	if (rc == -ENOSYS) { /* an old kernel: allocate, then touch */
+		rc = -posix_fallocate(fd, 0, (off_t)total);
+		if (rc == 0)
+			pd_pages_touch(p, total);
+	}
+	return rc;
+}
+
+/* The arenas' page size as mapped here (their own mappings: madvise gave
+ * them VMAs of their own); with --hugepages on, -ENOMEM and why when they
+ * are not all in huge pages. */
+static int check_pages(struct pd_segment *s, const struct pd_segment_opts *o, char *err,
+		       size_t errlen)
+{
+	const struct pd_shm_region *a = &s->regions[PD_REGION_SEND_ARENA];
+	const struct pd_shm_region *z = &s->regions[PD_REGION_RECV_ARENA];
+	uint64_t need = arena_bytes(s->regions, PD_HUGE_PAGE);
+	uint64_t lo = a->len ? a->off : z->off, hi = z->len ? z->off + z->len : a->off + a->len;
+	int64_t huge = need ? pd_pages_huge_bytes((uint8_t *)s->base + lo, hi - lo) : 0;
+	char why[160];
+
+	s->page_size = need && huge >= (int64_t)need ? PD_HUGE_PAGE : PD_REGION_PAGE;
+	if (o->hugepages != PD_HUGE_ON || s->page_size == PD_HUGE_PAGE)
+		return 0;
+	pd_pages_why_not(why, sizeof(why));
+	pd_err_set(err, errlen, "--hugepages on: the staging arenas need %" PRIu64 " huge "
+		   "pages of 2 MiB and got %" PRId64 " (%s); remount /dev/shm with "
+		   "huge=within_size, or start with --hugepages auto", need / PD_HUGE_PAGE,
+		   huge > 0 ? huge / PD_HUGE_PAGE : 0, why);
+	return -ENOMEM;
+}
+
+/* Size and map; NULL with *rc set. */
+static void *size_and_map(int fd, const struct pd_segment_opts *o,
+			  const struct pd_shm_region *r, uint64_t total, int *rc)
 {
 	void *p;
-	int err;
 
 	if (ftruncate(fd, (off_t)total) < 0) {
 		*rc = -errno;
 		return NULL;
 	}
-	err = posix_fallocate(fd, 0, (off_t)total);
-	if (err) {
-		*rc = -err;
-		return NULL;
-	}
-	p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		*rc = -errno;
+		return NULL;
+	}
+	*rc = fill_pages(p, fd, o, r, total);
+	if (*rc < 0) {
+		(void)munmap(p, total);
 		return NULL;
 	}
 	return p;
@@ -300,7 +350,7 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 		goto out_unlink;
 	}
 	rc = 0;
-	base = size_and_map(fd, total, &rc);
+	base = size_and_map(fd, o, r, total, &rc);
 	if (!base) {
 		pd_err_set(err, errlen, "cannot size or map %" PRIu64 " bytes: %s", total,
 			   pd_strerror(rc));
@@ -311,7 +361,11 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 				    .owner = 1, .lock_fd = lock_fd };
 	memcpy(out->name, o->name, strlen(o->name) + 1);
 	memcpy(out->regions, r, sizeof(r));
-	return 0;
+	rc = check_pages(out, o, err, errlen);
+	if (rc == 0)
+		return 0;
+	(void)munmap(base, total);
+	*out = (struct pd_segment){ .fd = -1, .lock_fd = -1 };
 
 out_unlink:
 	(void)pd_segment_unlink(o->name);

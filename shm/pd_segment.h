@@ -29,6 +29,8 @@ struct pd_segment {
 	int      owner;         /* 1: created here, unlinked by destroy */
 	int      lock_fd;       /* owner: its own open of the file, flock(LOCK_EX) held
 				 * until destroy: what says the broker lives */
+	uint32_t page_size;     /* owner: the arenas' pages (PD_HUGE_PAGE when every
+				 * whole 2 MiB of them is a huge page), else 0 */
 	char     name[PD_SHM_NAME_MAX + 1];
 	struct pd_shm_region regions[PD_REGION_MAX]; /* validated private copy */
 };
@@ -38,6 +40,7 @@ struct pd_segment_opts {
 	uint64_t region_len[PD_REGION_MAX];   /* 0 = absent */
 	uint64_t epoch;
 	uint32_t mode;                        /* file mode; 0 = 0660 */
+	uint32_t hugepages;                   /* PD_HUGE_* (pd_pages.h) for the arenas */
 };
 
 /* "/pdkv.<name>" into buf; -EINVAL for a bad name or small buffer. */
@@ -56,8 +59,11 @@ int pd_segment_is_named(const char *name, int fd);
  * description that never leaves this process.
  * A leftover segment of a dead broker (nobody holds its lock) is removed
  * first, under its lock; one of a live broker is refused.
+ * The arenas are in huge pages as o->hugepages asks; out->page_size says
+ * what they got.
  * @return 0; -EINVAL bad opts; -EEXIST a live broker (or an unrecognised
- *         file) holds the name (err says which); -ENOMEM/-errno from libc.
+ *         file) holds the name (err says which); -ENOMEM: no memory, or
+ *         PD_HUGE_ON and no huge pages (err says why); -errno from libc.
  */
 int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 		      char *err, size_t errlen);

@@ -86,7 +86,7 @@ struct pd_stat_info {
 	uint32_t send_slots, recv_slots;
 	uint32_t send_used_hwm;        /* high-water marks of slots in use */
 	uint32_t recv_used_hwm;
-	uint32_t _pad;
+	uint32_t page_size;            /* the staging arenas' pages: 4096 or 2 MiB */
 	uint64_t slot_size;
 	/* admission (receiver) */
 	uint64_t reserved;             /* slots promised to admitted requests, not yet granted */

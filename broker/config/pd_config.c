@@ -18,6 +18,7 @@
 
 #include "pd_config_int.h"
 #include "pd_layout.h"
+#include "pd_pages.h"
 #include "pd_rundir.h"
 #include "pd_log.h"
 #include "pd_text.h"
@@ -35,6 +36,10 @@ static const char *const xport_names[PD_XPORT_MAX] = PD_XPORT_NAMES;
 static const char *const level_names[] = {
 	[PD_LOG_NONE] = "none", [PD_LOG_ERR] = "err", [PD_LOG_WARN] = "warn",
 	[PD_LOG_INFO] = "info", [PD_LOG_DEBUG] = "debug",
+};
+
+static const char *const huge_names[] = {
+	[PD_HUGE_AUTO] = "auto", [PD_HUGE_ON] = "on", [PD_HUGE_OFF] = "off",
 };
 
 #define XPORTS .names = xport_names, .nnames = PD_XPORT_MAX
@@ -96,6 +101,9 @@ static const struct pd_cfg_def pd_cfg[] = {
 	  .help = "fail a request idle this long for a starved peer; 0: never" },
 	{ .name = "heartbeat", .type = PD_CFG_T_SECONDS, FIELD(heartbeat_ns), .min = MS,
 	  .max = 3600 * SEC, .def = "1s", .arg = "SEC", .help = "peer heartbeat interval" },
+	{ .name = "hugepages", .type = PD_CFG_T_ENUM, FIELD(hugepages), .names = huge_names,
+	  .nnames = PD_ARRAY_SIZE(huge_names), .def = "auto", .arg = "MODE",
+	  .help = "staging in 2 MiB pages: auto (where /dev/shm has them), on, off" },
 	{ .name = "data-threads", .type = PD_CFG_T_U32, FIELD(data_threads), .min = 1, .max = 64,
 	  .def = "2", .arg = "N", .help = "data-plane worker threads" },
 	{ .name = "max-agents", .type = PD_CFG_T_U32, FIELD(max_agents), .min = 1,

@@ -69,6 +69,7 @@ struct pd_config {
 	uint32_t data_threads;
 	uint32_t max_agents;              /* --max-agents: 1..PD_MAX_AGENTS (the segment's table) */
 	uint32_t log_level;               /* PD_LOG_* (pd_log.h) */
+	uint32_t hugepages;               /* --hugepages: PD_HUGE_* (pd_pages.h) */
 	uint32_t notify_failures;         /* 0/1 */
 	uint32_t rdma_qps;                /* --rdma-qps: QPs per RDMA peer, 1..16 */
 	uint32_t peer_max_requests;       /* --peer-max-requests: 0 = fair share */

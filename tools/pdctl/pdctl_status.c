@@ -108,7 +108,7 @@ static void print_header(const struct pdctl_snap *s)
 {
 	const struct pd_stat_info *i = &s->st->info;
 	double up = s->now_ns > s->start_ns ? (double)(s->now_ns - s->start_ns) / 1e9 : 0;
-	char d[32], z[32];
+	char d[32], z[32], pg[32];
 
 	fmt_dur(d, sizeof(d), up);
 	printf("broker %s  pid %d  epoch %" PRIu64 "  state %s  up %s\n", s->name, s->pid,
@@ -116,8 +116,10 @@ static void print_header(const struct pdctl_snap *s)
 	if (!s->published)
 		return;
 	fmt_bytes(z, sizeof(z), i->slot_size);
-	printf("  ctrl %s  data %s  transport %s  slot size %s\n", i->ctrl[0] ? i->ctrl : "-",
-	       i->data[0] ? i->data : "-", i->transport[0] ? i->transport : "-", z);
+	fmt_bytes(pg, sizeof(pg), i->page_size);
+	printf("  ctrl %s  data %s  transport %s  slot size %s  pages %s\n",
+	       i->ctrl[0] ? i->ctrl : "-", i->data[0] ? i->data : "-",
+	       i->transport[0] ? i->transport : "-", z, i->page_size ? pg : "-");
 	printf("  control plane: %s\n", i->ctrl_auth[0] ? i->ctrl_auth : "unauthenticated");
 }
 

@@ -22,9 +22,10 @@ static json_t *info_json(const struct pdctl_snap *s)
 {
 	const struct pd_stat_info *i = &s->st->info;
 
-	return json_pack("{s:o, s:o, s:o, s:o, s:o}", "ctrl", pdctl_json_str(i->ctrl),
+	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "ctrl", pdctl_json_str(i->ctrl),
 			 "data", pdctl_json_str(i->data), "transport", pdctl_json_str(i->transport),
 			 "slot_size", pdctl_json_u64(i->slot_size),
+			 "page_size", pdctl_json_u64(i->page_size),
 			 "control_plane", pdctl_json_str(i->ctrl_auth[0] ? i->ctrl_auth :
 								    "unauthenticated"));
 }

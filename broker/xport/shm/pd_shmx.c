@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "pd_err.h"
+#include "pd_pages.h"
 #include "pd_shmx_int.h"
 #include "pd_sys.h"
 
@@ -126,6 +127,7 @@ static void *worker_main(void *arg)
 {
 	struct pd_shmx *s = arg;
 	struct pd_shmx_node *n;
+	int prefault;
 
 	pd_shmx_lock(s);
 	while ((n = next_work_locked(s))) {
@@ -136,7 +138,11 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		p->running++;
+		prefault = !p->prefaulted;
+		p->prefaulted = 1;
 		pd_shmx_unlock(s);
+		if (prefault) /* the whole arena's page tables, once, not a fault a page */
+			(void)pd_pages_populate(p->arena, p->map_len, 1);
 		if (n->len)
 			memcpy(n->dst, n->src, n->len); /* bounds checked at post */
 		pd_shmx_lock(s);

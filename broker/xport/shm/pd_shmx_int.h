@@ -76,6 +76,7 @@ struct pd_shmx_peer {
 	int halting;                   /* disconnect waits for running == 0 */
 	uint32_t outstanding;          /* copies posted, not yet completed */
 	uint32_t running;              /* of those, in a data thread's memcpy now */
+	int prefaulted;                /* the first copy filled the arena's page tables */
 };
 
 struct pd_shmx_counters {
