@@ -237,7 +237,9 @@ PY_DEST  = $(if $(filter /usr/local,$(PREFIX)),$(PREFIX)/lib/python$(PY_VER)/dis
 .PHONY: python python-build
 # Skipped, saying so, where Python's headers are missing (a user without
 # root on a machine without python3-dev): the C parts do not need them.
-python: | $(DEPS_STAMP)
+# After the libraries: the sub-make would otherwise link them while this
+# make is still writing them (-j).
+python: $(LIBAGENT_A) $(LIBCORE) | $(DEPS_STAMP)
 	@if [ -f "$(PY_INC)/Python.h" ]; then $(MAKE) --no-print-directory python-build; \
 	else echo "python: skipped: no $(PY_INC)/Python.h (apt-get install python3-dev)"; fi
 
