@@ -16,9 +16,7 @@
  *     with a length other than the one that landed, nor commit a keyless
  *     grant with a plain PutDone; a bind of what landed commits it.
  */
-#include "it_raw.h"
-#include "pd_fake_peer.h"
-#include "pd_wire.h"
+#include "it_stranger.h"
 
 #define SLOTS 16u
 
@@ -31,15 +29,7 @@ static struct it *start(const char *transport, const char *const *p_extra)
 /* n requests of one chunk, each declared then staged at once, verified. */
 static void one_chunk_requests(struct it *t, uint32_t n)
 {
-	char req[32];
-
-	for (uint32_t i = 0; i < n; i++) {
-		(void)snprintf(req, sizeof(req), "one.%u", i);
-		assert_int_equal(it_put(t, req, 0, 1, 1), 0);
-		it_expect_event(t, req, PD_EV_PUT_DONE);
-		it_verify(t, req, 1);
-		assert_int_equal(pd_recv_release(t->da, req), 0);
-	}
+	it_move(t, "one.", n, 1);
 }
 
 /* The control messages of n 1-chunk requests: n Reserves and n PutDones,
@@ -143,25 +133,8 @@ static void test_sender_asking_none(void **state)
 
 /* ---- a stranger with grants ----------------------------------------------------------- */
 
-struct peer {
-	struct pd_fake_peer f;
-	uint64_t secret;
-	int port;
-};
-
-static void peer_open(struct peer *p, const struct it *t)
-{
-	struct pd_msg ack;
-
-	memset(p, 0, sizeof(*p));
-	pd_fake_open(&p->f, t->d.ctrl, NULL, "another-host", IT_SLOT, &ack);
-	p->secret = ack.u.hello.data_secret;
-	p->port = it_data_port(&t->d);
-	assert_true(p->secret != 0 && p->port > 0);
-}
-
 /* Reserve req (one chunk) asking one grant: its slot and generation. */
-static void reserve_one(struct peer *p, const char *req, uint64_t seq, int32_t *slot,
+static void reserve_one(struct it_stranger *p, const char *req, uint64_t seq, int32_t *slot,
 			uint32_t *gen)
 {
 	struct pd_msg m = { .type = PD_MSG_RESERVE };
@@ -177,21 +150,8 @@ static void reserve_one(struct peer *p, const char *req, uint64_t seq, int32_t *
 	*gen = m.u.alloc_resp.remote_gens[0];
 }
 
-/* 4 KiB into (slot, gen) on a fresh lane: 0 acknowledged, -1 refused. */
-static int write_4k(const struct peer *p, int32_t slot, uint32_t gen)
-{
-	struct pd_tcp_hdr h;
-	int fd = it_raw_connect(p->port), rc;
-
-	assert_int_equal(it_raw_hello(fd, p->secret), 0);
-	it_raw_frame(fd, PD_TCP_T_DATA, (uint32_t)slot, gen, 0, 4096);
-	rc = it_raw_read(fd, &h) == 0 && h.type == PD_TCP_T_ACK ? 0 : -1;
-	(void)close(fd);
-	return rc;
-}
-
 /* PutDone of (slot, gen) for req: with the chunk's key and len when key. */
-static void put_done(struct peer *p, const char *req, int32_t slot, uint32_t gen,
+static void put_done(struct it_stranger *p, const char *req, int32_t slot, uint32_t gen,
 		     const char *key, uint32_t len)
 {
 	struct pd_msg m = { .type = PD_MSG_PUT_DONE };
@@ -219,12 +179,12 @@ static void test_stranger_cannot_commit_grants_unwritten(void **state)
 	uint64_t refused = it_stat(&t->d, "data.refused_writes");
 	struct pd_recv_info info;
 	const uint8_t *d;
-	struct peer p;
+	struct it_stranger p;
 	int32_t slot;
 	uint32_t gen, len;
 
 	(void)state;
-	peer_open(&p, t);
+	it_stranger_open(&p, t);
 	/* A bind that names bytes which never arrived (a TCP-only peer). */
 	reserve_one(&p, "N", 1, &slot, &gen);
 	put_done(&p, "N", slot, gen, "N/0", 4096);
@@ -232,17 +192,17 @@ static void test_stranger_cannot_commit_grants_unwritten(void **state)
 	assert_true(it_wait_stat(&t->d, "data.refused_writes", refused + 1) >= refused + 1);
 	/* A plain PutDone (no key) of a grant that did land. */
 	reserve_one(&p, "P", 2, &slot, &gen);
-	assert_int_equal(write_4k(&p, slot, gen), 0);
+	assert_int_equal(it_stranger_write(&p, slot, gen), 0);
 	put_done(&p, "P", slot, gen, NULL, 0);
 	expect_rolled_back(t, "P");
 	/* A bind with another length than the write's. */
 	reserve_one(&p, "W", 3, &slot, &gen);
-	assert_int_equal(write_4k(&p, slot, gen), 0);
+	assert_int_equal(it_stranger_write(&p, slot, gen), 0);
 	put_done(&p, "W", slot, gen, "W/0", 4095);
 	expect_rolled_back(t, "W");
 	/* What landed, bound as it landed: committed, found by its key. */
 	reserve_one(&p, "K", 4, &slot, &gen);
-	assert_int_equal(write_4k(&p, slot, gen), 0);
+	assert_int_equal(it_stranger_write(&p, slot, gen), 0);
 	put_done(&p, "K", slot, gen, "K/0", 4096);
 	assert_int_equal(pd_recv_wait(t->da, "K", IT_WAIT_MS, &info), 0);
 	assert_int_equal(info.status, 0);
