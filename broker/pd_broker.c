@@ -309,7 +309,8 @@ int pd_broker_engines_create(struct pd_broker *b)
 				 .max_requests = MAX_REQUESTS,
 				 .alloc_timeout_ns = b->cfg.admission_timeout_ns + 5 * PD_NS_PER_S,
 				 .tombstone_ns = TOMBSTONE_NS,
-				 .notify_failures = b->cfg.notify_failures };
+				 .notify_failures = b->cfg.notify_failures,
+				 .admit_grants = b->cfg.admit_grants };
 	int rc = 0;
 
 	if (b->shm.has_recv)

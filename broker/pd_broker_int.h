@@ -274,7 +274,7 @@ uint32_t pd_broker_xport_counters(const struct pd_broker *b, char (*names)[PD_ST
 			       uint64_t *values, uint32_t max);
 
 /* pd_broker_recv.c: lengths of granted chunks, and a PutDone vetted against the grants. */
-void pd_broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
+int pd_broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
 			 uint32_t n);
 void pd_broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q);
 void pd_broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d);

@@ -120,7 +120,8 @@ static void tx_send_reserve(void *ctx, const struct pd_tx_batch_view *v)
 	m.u.reserve = (struct pd_msg_reserve){ .seq = v->seq,
 					       .req_id = { v->req_id, v->req_id_len },
 					       .total_chunks = v->total_chunks,
-					       .world_size = v->world_size, .rank = v->rank };
+					       .world_size = v->world_size, .rank = v->rank,
+					       .grants = v->grants };
 	send_msg(b, v->peer, &m);
 }
 
@@ -154,7 +155,9 @@ static void tx_free_slots(void *ctx, const pd_slot_ref *refs, uint32_t n)
 }
 
 /* PutDone with the generation of each slot it names: idx lists the
- * batch's written remote indexes in chunk order, so do their generations. */
+ * batch's written remote indexes in chunk order, so do their generations
+ * and, for slots granted with the admission (keyless at the receiver
+ * until now), the keys and lengths of their chunks. */
 static void tx_put_done(void *ctx, const struct pd_tx_batch_view *v, const int32_t *idx,
 			uint32_t n)
 {
@@ -162,13 +165,19 @@ static void tx_put_done(void *ctx, const struct pd_tx_batch_view *v, const int32
 	struct pd_msg m = { .type = PD_MSG_PUT_DONE };
 	uint32_t k = 0;
 
-	for (uint32_t i = 0; i < v->n && k < n; i++)
-		if (v->remote[i] >= 0)
-			b->sc_pgens[k++] = v->gens ? v->gens[i] : 0;
+	for (uint32_t i = 0; i < v->n && k < n; i++) {
+		if (v->remote[i] < 0)
+			continue;
+		b->sc_keys[k] = (struct pd_bytes){ .p = v->chunks[i].key, .len = v->chunks[i].klen };
+		b->sc_lens[k] = v->chunks[i].len;
+		b->sc_pgens[k++] = v->gens ? v->gens[i] : 0;
+	}
 	m.u.put_done = (struct pd_msg_put_done){ .seq = v->seq,
 						 .req_id = { v->req_id, v->req_id_len },
 						 .rank = v->rank, .n = n, .indexes = idx,
-						 .gens = k == n ? b->sc_pgens : NULL };
+						 .gens = k == n ? b->sc_pgens : NULL,
+						 .keys = v->bind && k == n ? b->sc_keys : NULL,
+						 .lens = v->bind && k == n ? b->sc_lens : NULL };
 	send_msg(b, v->peer, &m);
 }
 
@@ -243,19 +252,24 @@ const struct pd_tx_ops pd_broker_tx_ops = {
 /* ---- receiver engine callbacks ----------------------------------------------------- */
 
 /* The grant word of each slot granted now, and the generations the answer
- * carries (its writes and PutDone must bring them back). */
+ * carries (its writes and PutDone must bring them back). A grant whose
+ * length was not said (a Reserve's, LMCache's) starts with none: its
+ * first write fixes it (up_claim()). */
 static void grants_open(struct pd_broker *b, uint32_t peer, const int32_t *remote, uint32_t n,
-			const int32_t *already, uint32_t nalready, uint32_t *gens)
+			const int32_t *already, uint32_t nalready, int lens_said)
 {
-	uint32_t sess = peer < MAX_TOKENS ? b->sess[peer] : 0, k = 0;
+	uint32_t sess = peer < MAX_TOKENS ? b->sess[peer] : 0, k = 0, *gens = b->sc_gens;
 
 	for (uint32_t i = 0; i < n; i++) {
 		int fresh = !(k < nalready && already[k] == (int32_t)i);
 
 		k += !fresh;
 		gens[i] = remote[i] >= 0 ? pd_rx_slot_gen(b->rx, (uint32_t)remote[i]) : 0;
-		if (fresh && remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
-			atomic_store(&b->grant[remote[i]], GRANT_MAKE(peer, sess, gens[i]));
+		if (!fresh || remote[i] < 0 || (uint32_t)remote[i] >= b->shm.recv.nslots)
+			continue;
+		if (!lens_said)
+			atomic_store_explicit(&b->slot_len[remote[i]], 0, memory_order_relaxed);
+		atomic_store(&b->grant[remote[i]], GRANT_MAKE(peer, sess, gens[i]));
 	}
 }
 
@@ -264,13 +278,14 @@ static void rx_reply(void *ctx, uint32_t peer, uint64_t seq, int32_t err, const 
 {
 	struct pd_broker *b = ctx;
 	struct pd_msg m = { .type = PD_MSG_ALLOC_RESP };
+	int said;
 
 	/* The lengths first (data threads read them once the grant is seen),
 	 * then open the granted slots to this peer's writes (not the
 	 * deduplicated ones). An error reply forgets what was held. */
-	pd_broker_lens_granted(b, peer, seq, remote, err ? 0 : n);
+	said = pd_broker_lens_granted(b, peer, seq, remote, err ? 0 : n);
 	if (err == 0)
-		grants_open(b, peer, remote, n, already, nalready, b->sc_gens);
+		grants_open(b, peer, remote, n, already, nalready, said);
 	m.u.alloc_resp = (struct pd_msg_alloc_resp){ .seq = seq, .has_seq = 1, .n = err ? 0 : n,
 						     .remote_indexes = remote,
 						     .remote_gens = err ? NULL : b->sc_gens,
@@ -324,7 +339,8 @@ static void on_reserve(struct pd_broker *b, uint32_t peer, const struct pd_msg_r
 {
 	struct pd_rx_reserve r = { .peer = peer, .seq = q->seq, .req_id = q->req_id.p,
 				   .req_id_len = q->req_id.len, .total_chunks = q->total_chunks,
-				   .world_size = q->world_size, .rank = q->rank };
+				   .world_size = q->world_size, .rank = q->rank,
+				   .grants = q->grants };
 
 	if (!b->rx) {
 		rx_reply(b, peer, q->seq, -EINVAL, NULL, 0, NULL, 0);
@@ -476,7 +492,8 @@ static int refused(struct pd_broker *b)
 
 /* Only into a slot granted to this very peer, in this connection's
  * session, at this generation, not yet written, and exactly as long as the
- * chunk granted there (when the AllocRequest said). */
+ * chunk granted there: as the AllocRequest said, else as its first write
+ * says (a PutDone naming another length is refused). */
 static int up_claim(void *ctx, uint32_t lane, uint32_t slot, uint32_t gen, uint32_t len,
 		    void **dst, uint64_t *cap)
 {
@@ -486,8 +503,10 @@ static int up_claim(void *ctx, uint32_t lane, uint32_t slot, uint32_t gen, uint3
 	if (!b->shm.has_recv || slot >= b->shm.recv.nslots || len > b->shm.recv.slot_size ||
 	    !grant_is(atomic_load(&b->grant[slot]), lane, gen))
 		return refused(b);
-	want = atomic_load_explicit(&b->slot_len[slot], memory_order_relaxed);
-	if (want && len != want)
+	want = atomic_load(&b->slot_len[slot]);
+	if (!want && atomic_compare_exchange_strong(&b->slot_len[slot], &want, len))
+		want = len;
+	if (len != want)
 		return refused(b);
 	*dst = b->shm.recv.arena + (uint64_t)slot * b->shm.recv.slot_size;
 	*cap = b->shm.recv.slot_size;

@@ -15,8 +15,9 @@
 
 /* Granted: remember each chunk's length (the PutDone of an shm write is
  * the only time its bytes are counted). The lengths come from the
- * AllocRequest being handled, or from the one held for admission. */
-void pd_broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
+ * AllocRequest being handled, or from the one held for admission.
+ * @return 1 when they were said, 0 when not (a Reserve's grants, LMCache). */
+int pd_broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, const int32_t *remote,
 			 uint32_t n)
 {
 	const struct pd_msg_alloc_req *q = b->cur_req;
@@ -40,6 +41,7 @@ void pd_broker_lens_granted(struct pd_broker *b, uint32_t peer, uint64_t seq, co
 		if (remote[i] >= 0 && (uint32_t)remote[i] < b->shm.recv.nslots)
 			atomic_store_explicit(&b->slot_len[remote[i]], lens[i], memory_order_relaxed);
 	free(h);
+	return lens != NULL;
 }
 
 void pd_broker_lens_hold(struct pd_broker *b, uint32_t peer, const struct pd_msg_alloc_req *q)
@@ -92,6 +94,33 @@ static int put_done_grant(uint32_t peer, uint32_t sess, const struct pd_msg_put_
 	       (!d->gens || GRANT_GEN(g) == d->gens[i]);
 }
 
+/* A PutDone that binds keys (slots granted with the admission) names each
+ * chunk's length: within a slot, and the length its write landed with
+ * (fixed by that write's claim) when we saw it land. */
+static int bind_len_ok(const struct pd_broker *b, const struct pd_msg_put_done *d, uint32_t i,
+		       int32_t s, uint64_t g)
+{
+	if (!d->keys)
+		return 1;
+	if (d->lens[i] > b->shm.recv.slot_size)
+		return 0;
+	return !(g & GRANT_LANDED) || atomic_load(&b->slot_len[s]) == d->lens[i];
+}
+
+/* Hand the vetted PutDone (idx: its slots, -1 where refused) to the engine. */
+static int engine_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d,
+			   const int32_t *idx, uint32_t n)
+{
+	struct pd_rx_key *keys = b->sc_rxkeys;
+
+	if (!d->keys)
+		return pd_rx_put_done(b->rx, peer, d->req_id.p, d->req_id.len, idx, n, pd_now_ns());
+	for (uint32_t i = 0; i < n; i++)
+		keys[i] = (struct pd_rx_key){ .p = d->keys[i].p, .len = d->keys[i].len };
+	return pd_rx_bind(b->rx, peer, d->req_id.p, d->req_id.len, idx, keys, d->lens, n,
+			  pd_now_ns());
+}
+
 void pd_broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_put_done *d)
 {
 	uint32_t via = unseen_from(b, peer), sess = peer < MAX_TOKENS ? b->sess[peer] : 0;
@@ -107,22 +136,24 @@ void pd_broker_put_done(struct pd_broker *b, uint32_t peer, const struct pd_msg_
 		g = atomic_load(&b->grant[s]);
 		if ((g & GRANT_PEER) != peer + 1)
 			continue; /* another peer's: left alone (the engine refuses it) */
-		if (!put_done_grant(peer, sess, d, i, g) || (!(g & GRANT_LANDED) && !via)) {
-			idx[i] = -1; /* refused: not this grant, or nothing landed */
+		if (!put_done_grant(peer, sess, d, i, g) || (!(g & GRANT_LANDED) && !via) ||
+		    !bind_len_ok(b, d, i, s, g)) {
+			idx[i] = -1; /* refused: not this grant, nothing landed, another length */
 			pd_stat_add(&b->refused_writes, 1);
 			continue;
 		}
 		if (!(g & GRANT_LANDED)) {
 			chunks++;
-			bytes += atomic_load_explicit(&b->slot_len[s], memory_order_relaxed);
+			bytes += d->keys ? d->lens[i] :
+					   atomic_load_explicit(&b->slot_len[s], memory_order_relaxed);
 		}
 		/* counted once; never a stale length for the next grant */
 		atomic_store_explicit(&b->slot_len[s], 0, memory_order_relaxed);
 		atomic_store(&b->grant[s], 0);
 	}
-	if (!b->rx || pd_rx_put_done(b->rx, peer, d->req_id.p, d->req_id.len, idx,
-				     d->n < PD_WIRE_MAX_KEYS ? d->n : PD_WIRE_MAX_KEYS,
-				     pd_now_ns()) < 0 || peer >= MAX_TOKENS)
+	if (!b->rx || engine_put_done(b, peer, d, idx,
+				      d->n < PD_WIRE_MAX_KEYS ? d->n : PD_WIRE_MAX_KEYS) < 0 ||
+	    peer >= MAX_TOKENS)
 		return;
 	b->px[peer].recv = (chunks ? first_of(via) : PD_XPORT_TCP) + 1;
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_BYTES_RECV], bytes);

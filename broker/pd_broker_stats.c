@@ -28,6 +28,7 @@ struct field {
 
 static const struct field rx_fields[] = {
 	F(pd_rx_stats, batches, C), F(pd_rx_stats, reserves, C), F(pd_rx_stats, granted, C), F(pd_rx_stats, deduped, C),
+	F(pd_rx_stats, pregranted, C), F(pd_rx_stats, bound, C),
 	F(pd_rx_stats, committed, C), F(pd_rx_stats, ready, C), F(pd_rx_stats, released, C),
 	F(pd_rx_stats, release_waits, C),
 	F(pd_rx_stats, failed, C), F(pd_rx_stats, cancelled, C),
@@ -49,7 +50,8 @@ static const struct field admit_fields[] = {
 };
 
 static const struct field tx_fields[] = {
-	F(pd_tx_stats, batches, C), F(pd_tx_stats, declared, C), F(pd_tx_stats, admitted, C),
+	F(pd_tx_stats, batches, C), F(pd_tx_stats, pregranted, C),
+	F(pd_tx_stats, declared, C), F(pd_tx_stats, admitted, C),
 	F(pd_tx_stats, chunks, C), F(pd_tx_stats, bytes, C),
 	F(pd_tx_stats, requests_done, C), F(pd_tx_stats, requests_failed, C),
 	F(pd_tx_stats, requests_cancelled, C), F(pd_tx_stats, stale_responses, C),

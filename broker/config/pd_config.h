@@ -76,6 +76,7 @@ struct pd_config {
 	uint32_t peer_max_reserved;       /* --peer-max-reserved (slots): 0 = no cap */
 	uint64_t preempt_idle_ns;         /* --preempt-idle: 0 = never preempt */
 	uint64_t loan_timeout_ns;         /* --loan-timeout: 0 = loans never expire */
+	uint32_t admit_grants;            /* --admit-grants: slots asked with an admission */
 	struct pd_cfg_xports transport;   /* --transport: 1..3, by preference */
 	struct pd_cfg_xports require;     /* --require: 0..3, subset of transport */
 	uint32_t show_help;               /* --help given (command line only) */

@@ -94,7 +94,9 @@ FIELDS(put_done_fields,
 	F_BYTES("req_id", REQ, put_done, req_id, 0, PD_REQ_ID_MAX),
 	F_VAL("rank", PD_WF_U32, REQ, put_done, rank, 0, UINT32_MAX, 0),
 	F_LIST("indexes", PD_WF_I32S, REQ, put_done, indexes, n, 0, KEYS, 0, INT32_MAX),
-	F_LIST("gens", PD_WF_U32S, PD_WF_SHARED, put_done, gens, n, 0, KEYS, 0, UINT32_MAX));
+	F_LIST("gens", PD_WF_U32S, PD_WF_SHARED, put_done, gens, n, 0, KEYS, 0, UINT32_MAX),
+	F_LIST("keys", PD_WF_KEYS, PD_WF_SHARED, put_done, keys, n, 0, KEYS, 1, PD_KEY_MAX),
+	F_LIST("lens", PD_WF_U32S, PD_WF_SHARED, put_done, lens, n, 0, KEYS, 0, UINT32_MAX));
 
 FIELDS(cancel_fields,
 	F_BYTES("req_id", REQ, cancel, req_id, 0, PD_REQ_ID_MAX),
@@ -124,7 +126,8 @@ FIELDS(reserve_fields,
 	F_BYTES("req_id", REQ, reserve, req_id, 1, PD_REQ_ID_MAX),
 	F_VAL("total_chunks", PD_WF_U32, REQ, reserve, total_chunks, 1, UINT32_MAX, 0),
 	F_VAL("world_size", PD_WF_U32, REQ, reserve, world_size, 1, UINT32_MAX, 0),
-	F_VAL("rank", PD_WF_U32, REQ, reserve, rank, 0, UINT32_MAX, 0));
+	F_VAL("rank", PD_WF_U32, REQ, reserve, rank, 0, UINT32_MAX, 0),
+	F_VAL("grants", PD_WF_U32, 0, reserve, grants, 0, KEYS, 0));
 
 static const char *check_hello(const struct pd_msg *m)
 {
@@ -140,10 +143,19 @@ static const char *check_alloc_req(const struct pd_msg *m)
 	return r->rank < r->world_size ? NULL : "rank must be below world_size";
 }
 
+static const char *check_put_done(const struct pd_msg *m)
+{
+	const struct pd_msg_put_done *d = &m->u.put_done;
+
+	return !d->keys == !d->lens ? NULL : "keys and lens come together";
+}
+
 static const char *check_reserve(const struct pd_msg *m)
 {
 	const struct pd_msg_reserve *r = &m->u.reserve;
 
+	if (r->grants > r->total_chunks)
+		return "grants must not exceed total_chunks";
 	return r->rank < r->world_size ? NULL : "rank must be below world_size";
 }
 
@@ -166,7 +178,7 @@ static const struct pd_wire_spec specs[] = {
 	SPEC("HelloAck", PD_MSG_HELLO_ACK, hello_ack_fields, check_hello),
 	SPEC("AllocRequest", PD_MSG_ALLOC_REQ, alloc_req_fields, check_alloc_req),
 	SPEC("AllocResponse", PD_MSG_ALLOC_RESP, alloc_resp_fields, NULL),
-	SPEC("PutDone", PD_MSG_PUT_DONE, put_done_fields, NULL),
+	SPEC("PutDone", PD_MSG_PUT_DONE, put_done_fields, check_put_done),
 	SPEC("CancelNotif", PD_MSG_CANCEL, cancel_fields, NULL),
 	SPEC("ProxyNotif", PD_MSG_PROXY, proxy_fields, check_proxy),
 	SPEC("Heartbeat", PD_MSG_HEARTBEAT, heartbeat_fields, NULL),

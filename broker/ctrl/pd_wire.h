@@ -43,7 +43,11 @@
  *                    (-4095..0), errmsg [""] (0..ADDR_MAX), remote_gens
  *                    (NULL; one per remote index)
  *   PutDone          R seq, req_id, rank, indexes (0..INT32_MAX); o gens
- *                    (NULL; one per index)
+ *                    (NULL; one per index), keys (NULL; one per index, each
+ *                    1..PD_KEY_MAX) and lens (NULL; one per index): with
+ *                    keys, the indexes are slots granted with the admission
+ *                    and the PutDone binds each key (of that length) to its
+ *                    slot as it commits it
  *   CancelNotif      R req_id, keys; o rank [0]
  *   ProxyNotif       R req_id; o status (-4095..0), rank, world_size (>= 1),
  *                    chunks, bytes: all present when has_ext (set when any
@@ -51,9 +55,13 @@
  *                    rank < world_size
  *   Heartbeat        R epoch, time_ns
  *   Reserve          R seq, req_id (1..PD_REQ_ID_MAX), total_chunks (>= 1),
- *                    world_size (>= 1), rank (rank < world_size); answered
- *                    by an AllocResponse of that seq with no indexes, once
- *                    the request is admitted (err 0) or refused (err < 0)
+ *                    world_size (>= 1), rank (rank < world_size); o grants
+ *                    [0] (0..total_chunks, at most MAX_KEYS): answered by an
+ *                    AllocResponse of that seq once the request is admitted
+ *                    (err 0) or refused (err < 0); admitted, it carries up
+ *                    to grants slots (with their remote_gens) for the rank's
+ *                    first chunks, none when grants is 0 (or the receiver
+ *                    predates them)
  *   Error            R code (-4095..-1); o seq [0], text [""] (0..ADDR_MAX)
  *
  * A known field given twice is -EPROTO (a peer must not be able to make two
@@ -64,7 +72,8 @@
 
 #include <pdkv/types.h>
 
-#define PD_WIRE_PROTO       3u       /* 2: Reserve; 3: data_secret, resume, generations */
+#define PD_WIRE_PROTO       4u       /* 2: Reserve; 3: data_secret, resume, generations;
+				      * 4: grants with admission (Reserve's grants, PutDone's keys) */
 #define PD_WIRE_MAX_MSG     (4u << 20)
 #define PD_WIRE_MAX_KEYS    4096u
 #define PD_WIRE_MAX_DEPTH   8u       /* containers nested, the top-level map counting 1 */
@@ -155,6 +164,9 @@ struct pd_msg_put_done {
 	uint32_t n;
 	const int32_t *indexes;
 	const uint32_t *gens;      /* NULL when absent; else n: the generation each was granted at */
+	const struct pd_bytes *keys; /* NULL when absent; else n: the key each slot now holds
+				      * (slots granted with the admission, keyless until now) */
+	const uint32_t *lens;      /* NULL when absent; else n: each chunk's length */
 };
 
 /* CancelNotif (LMCache: req_id, keys). */
@@ -193,6 +205,7 @@ struct pd_msg_reserve {
 	uint32_t total_chunks;     /* this rank's chunks */
 	uint32_t world_size;
 	uint32_t rank;
+	uint32_t grants;           /* slots the rank can use with the admission answer (0: none) */
 };
 
 /* Error reply to a message that could not be handled. */

@@ -151,41 +151,42 @@ static int id_is(const struct rx_req *r, const uint8_t *id, uint32_t len)
 	return r->id_len == len && (len == 0 || memcmp(r->id, id, len) == 0);
 }
 
-/* Every slot granted, unwritten, to this peer for this request. */
-static int put_done_valid(struct pd_rx *rx, uint32_t peer, const uint8_t *id, uint32_t len,
-			  const int32_t *slots, uint32_t n)
+int pd_rx_slot_granted(const struct pd_rx *rx, uint32_t peer, const uint8_t *id, uint32_t len,
+		       int32_t slot, int keyed)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		const struct rx_chunk *c;
+	const struct rx_chunk *c;
 
-		if (slots[i] < 0 || (uint32_t)slots[i] >= rx->nslots)
-			return 0;
-		c = &rx->chunks[slots[i]];
-		if (c->state != CHUNK_GRANTED || !c->writer || c->peer != peer ||
-		    !id_is(c->writer, id, len))
-			return 0;
+	if (slot < 0 || (uint32_t)slot >= rx->nslots)
+		return 0;
+	c = &rx->chunks[slot];
+	return c->state == CHUNK_GRANTED && c->writer && c->peer == peer &&
+	       id_is(c->writer, id, len) && (c->klen != 0) == (keyed != 0);
+}
+
+int pd_rx_put_done_refused(struct pd_rx *rx, const uint8_t *id, uint32_t len, uint64_t now_ns)
+{
+	struct rx_req *r = pd_rx_find(rx, id, len);
+
+	if (!r || r->state == RX_TOMB) {
+		rx->st.late_putdone++;
+		return -ENOENT;
 	}
-	return 1;
+	rx->st.proto_errors++;
+	pd_rx_doom(rx, r, -EPROTO);
+	pd_rx_settle(rx, now_ns);
+	return -EPROTO;
 }
 
 int pd_rx_put_done(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint32_t len,
 		   const int32_t *slots, uint32_t n, uint64_t now_ns)
 {
-	struct rx_req *r;
-
 	if (!rx || (n && !slots) || (len && !req_id) || len > PD_REQ_ID_MAX)
 		return -EINVAL;
-	if (!put_done_valid(rx, peer, req_id, len, slots, n)) {
-		r = pd_rx_find(rx, req_id, len);
-		if (!r || r->state == RX_TOMB) {
-			rx->st.late_putdone++;
-			return -ENOENT;
-		}
-		rx->st.proto_errors++;
-		pd_rx_doom(rx, r, -EPROTO);
-		pd_rx_settle(rx, now_ns);
-		return -EPROTO;
-	}
+	/* Every slot granted, unwritten, to this peer for this request (with
+	 * its key: a slot granted with the admission needs pd_rx_bind()). */
+	for (uint32_t i = 0; i < n; i++)
+		if (!pd_rx_slot_granted(rx, peer, req_id, len, slots[i], 1))
+			return pd_rx_put_done_refused(rx, req_id, len, now_ns);
 	for (uint32_t i = 0; i < n; i++) {
 		struct rx_chunk *c = &rx->chunks[slots[i]];
 

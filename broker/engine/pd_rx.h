@@ -56,6 +56,7 @@ struct pd_rx_alloc {
 	uint32_t rank;
 	uint32_t is_last;
 	uint32_t reserve;            /* 1: a Reserve (pd_rx_reserve()), no keys */
+	uint32_t grants;             /* Reserve: slots to grant with the admission answer */
 };
 
 /* A Reserve: one sender rank declares its total before any batch. */
@@ -67,6 +68,9 @@ struct pd_rx_reserve {
 	uint32_t total_chunks;       /* this rank's total, >= 1 */
 	uint32_t world_size;         /* 1..PD_RX_MAX_RANKS */
 	uint32_t rank;
+	uint32_t grants;             /* 0..total_chunks: slots granted with the admission
+				      * answer, for the rank's first chunks (keyless until a
+				      * PutDone binds them: pd_rx_bind()) */
 };
 
 /* What callbacks see of a request. */
@@ -134,6 +138,8 @@ struct pd_rx_opts {
 
 struct pd_rx_stats {
 	uint64_t batches, reserves, granted, deduped, committed;
+	uint64_t pregranted;         /* of granted: with the admission answer (keyless) */
+	uint64_t bound;              /* of those: bound to their key by a PutDone */
 	uint64_t ready, released, failed, cancelled, ttl_reclaimed;
 	uint64_t rejected_tomb, rejected_zero, rejected_big, rejected_busy;
 	uint64_t rejected_foreign;   /* a peer not part of a request tried to change it */
@@ -167,7 +173,10 @@ int pd_rx_alloc(struct pd_rx *rx, const struct pd_rx_alloc *a, uint64_t now_ns);
  * -E2BIG larger than the pool, -EBUSY too many requests, -ECANCELED
  * tombstoned, -ETIMEDOUT not admitted in time, -EPROTO a rank reserved
  * twice, after its batches, or totals that disagree (the request is rolled
- * back). Batches of the rank must then agree with it.
+ * back). Batches of the rank must then agree with it. With grants, the
+ * admitting answer carries that many slots, drawn from the reservation
+ * and counted as the rank's first chunks: its AllocRequests then declare
+ * only the chunks after them.
  * @return 0 answered; 1 held until admission; -EINVAL malformed (answered).
  */
 int pd_rx_reserve(struct pd_rx *rx, const struct pd_rx_reserve *q, uint64_t now_ns);
@@ -180,6 +189,21 @@ int pd_rx_reserve(struct pd_rx *rx, const struct pd_rx_reserve *q, uint64_t now_
  */
 int pd_rx_put_done(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint32_t len,
 		   const int32_t *slots, uint32_t n, uint64_t now_ns);
+
+/**
+ * PutDone for slots granted with the admission (pd_rx_reserve() grants):
+ * the data is in place, and slot i now holds key i (lens[i] bytes). Each
+ * key is published and committed; a key the index already holds (of
+ * another request) is pinned instead and the slot freed, as an
+ * AllocRequest would have deduplicated it.
+ * @return 0; -ENOENT no live request holds them (late, counted); -EPROTO
+ *         a slot not granted to that peer and request with the admission,
+ *         or already bound, a key twice in the request; -EBUSY, -ENOSPC
+ *         the index cannot take a key (each rolls the request back).
+ */
+int pd_rx_bind(struct pd_rx *rx, uint32_t peer, const uint8_t *req_id, uint32_t len,
+	       const int32_t *slots, const struct pd_rx_key *keys, const uint32_t *lens,
+	       uint32_t n, uint64_t now_ns);
 
 /* pdctl cancel: roll back, tombstone. Idempotent.
  * @return 1 a request was cancelled, 0 none was live. */

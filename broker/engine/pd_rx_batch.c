@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Receiver engine: AllocRequests (admission, held batches, slot grants, dedup). */
+/* Receiver engine: AllocRequests (admission, held batches, slot grants, dedup),
+ * and the grants a Reserve's admitting answer carries. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,10 @@ static int alloc_ok(const struct pd_rx_alloc *a)
 	    a->nkeys > PD_RX_MAX_BATCH || (a->nkeys && !a->keys) || a->world_size == 0 ||
 	    a->world_size > PD_RX_MAX_RANKS || a->rank >= a->world_size)
 		return 0;
-	if (a->reserve && (!a->req_id_len || a->nkeys || a->is_last || !a->total_chunks))
+	if (a->reserve && (!a->req_id_len || a->nkeys || a->is_last || !a->total_chunks ||
+			   a->grants > a->total_chunks))
+		return 0;
+	if (!a->reserve && a->grants)
 		return 0;
 	for (uint32_t i = 0; i < a->nkeys; i++)
 		if (a->keys[i].len == 0 || a->keys[i].len > PD_KEY_MAX || !a->keys[i].p)
@@ -170,7 +174,8 @@ int pd_rx_reserve(struct pd_rx *rx, const struct pd_rx_reserve *q, uint64_t now_
 		return -EINVAL;
 	a = (struct pd_rx_alloc){ .peer = q->peer, .seq = q->seq, .req_id = q->req_id,
 				  .req_id_len = q->req_id_len, .total_chunks = q->total_chunks,
-				  .world_size = q->world_size, .rank = q->rank, .reserve = 1 };
+				  .world_size = q->world_size, .rank = q->rank, .reserve = 1,
+				  .grants = q->grants };
 	return pd_rx_alloc(rx, &a, now_ns);
 }
 
@@ -255,12 +260,13 @@ static int batch_fits(const struct rx_req *r, const struct pd_rx_alloc *a)
 }
 
 /* Hold a chunk another request granted: its slot is already counted, so
- * this draws on the reservation without a slot. */
-static int pin_chunk(struct pd_rx *rx, struct rx_req *r, uint32_t slot)
+ * this draws on the reservation without a slot (draw 0: r drew for it
+ * already, with a slot of its own it gives back). */
+int pd_rx_pin_chunk(struct pd_rx *rx, struct rx_req *r, uint32_t slot, int draw)
 {
 	struct rx_chunk *c = &rx->chunks[slot];
 	struct rx_pin *p;
-	int rc = pd_admit_use(&rx->adm, &r->adm, 0, 1);
+	int rc = draw ? pd_admit_use(&rx->adm, &r->adm, 0, 1) : 0;
 
 	if (rc < 0)
 		return -EPROTO;
@@ -300,7 +306,7 @@ static int dedup_pass(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_all
 		c = v.slot < rx->nslots ? &rx->chunks[v.slot] : NULL;
 		if (!c || c->state == CHUNK_FREE || c->state == CHUNK_ZOMBIE)
 			return -EBUSY; /* an old copy decode agents still read */
-		rc = pin_chunk(rx, r, v.slot);
+		rc = pd_rx_pin_chunk(rx, r, v.slot, 1);
 		if (rc < 0)
 			return rc;
 		rx->remote[i] = (int32_t)v.slot;
@@ -309,6 +315,9 @@ static int dedup_pass(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_all
 	return (int)nfresh;
 }
 
+/* Slot ref granted to r for chunk pos of a: held by r from here on (its
+ * rollback frees it), published in the index under its key, or, granted
+ * with the admission (a Reserve), keyless until a PutDone binds it. */
 static int publish(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
 		   uint32_t pos, pd_slot_ref ref)
 {
@@ -330,11 +339,15 @@ static int publish(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc 
 	c->refs = 1;
 	c->state = CHUNK_GRANTED;
 	c->peer = a->peer;
+	r->chunks[r->nchunks++] = slot; /* held from here on: rollback frees it */
+	rx->remote[pos] = (int32_t)slot;
+	c->len = 0;
+	c->klen = 0;
+	if (a->reserve)
+		return 0;
 	c->len = v.len;
 	c->klen = (uint8_t)a->keys[pos].len;
 	memcpy(c->key, a->keys[pos].p, c->klen);
-	r->chunks[r->nchunks++] = slot; /* held from here on: rollback frees it */
-	rx->remote[pos] = (int32_t)slot;
 	rc = pd_index_insert(rx->o.index, c->key, c->klen, &v);
 	return rc == -EEXIST ? -EPROTO : rc; /* the same key twice in the batch */
 }
@@ -364,10 +377,19 @@ static int grant_fresh(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_al
 	return 0;
 }
 
+/* The positions of a Reserve's grants, all fresh. */
+static int keyless_pass(struct pd_rx *rx, const struct pd_rx_alloc *a, uint32_t *nalready)
+{
+	*nalready = 0;
+	for (uint32_t i = 0; i < a->grants; i++)
+		rx->fresh[i] = i;
+	return (int)a->grants;
+}
+
 int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
 		 uint64_t now_ns)
 {
-	uint32_t nalready;
+	uint32_t nalready, nchunks = a->reserve ? a->grants : a->nkeys;
 	int nfresh, rc;
 
 	if (!batch_fits(r, a)) {
@@ -376,7 +398,7 @@ int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc
 		pd_rx_doom(rx, r, -EPROTO);
 		return 0;
 	}
-	nfresh = dedup_pass(rx, r, a, &nalready);
+	nfresh = a->reserve ? keyless_pass(rx, a, &nalready) : dedup_pass(rx, r, a, &nalready);
 	rc = nfresh < 0 ? nfresh : grant_fresh(rx, r, a, (uint32_t)nfresh);
 	if (rc < 0) {
 		rx->st.grant_errors += rc != -EPROTO;
@@ -386,18 +408,19 @@ int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc
 		return 0;
 	}
 	rx->st.granted += (uint32_t)nfresh;
+	rx->st.pregranted += a->reserve ? (uint32_t)nfresh : 0;
 	rx->st.deduped += nalready;
 	if (r->anon) {
 		r->rank_peer[0] = a->peer + 1; /* one batch, one peer */
 	} else {
-		r->rank_seen[a->rank] += a->nkeys;
+		r->rank_seen[a->rank] += nchunks; /* a Reserve's grants: its first chunks */
 		r->rank_peer[a->rank] = a->peer + 1;
 		if (a->is_last)
 			r->rank_last |= 1ull << a->rank;
 		if (a->reserve)
 			r->rank_resv |= 1ull << a->rank;
 	}
-	rx->o.ops->reply(rx->o.ctx, a->peer, a->seq, 0, rx->remote, a->nkeys, rx->already,
+	rx->o.ops->reply(rx->o.ctx, a->peer, a->seq, 0, rx->remote, nchunks, rx->already,
 			 nalready);
 	pd_rx_touch(rx, r, now_ns);
 	pd_rx_check_ready(rx, r, now_ns);

@@ -68,13 +68,17 @@ void pd_rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns)
  * 0, or -EBUSY while a decode agent's hazard names it. */
 static int index_drop(struct pd_rx *rx, const struct rx_chunk *c)
 {
-	int rc = pd_index_remove_chunk(rx->o.index, c->key, c->klen, PD_SLOT_REF_IDX(c->ref),
-				       PD_SLOT_REF_GEN(c->ref));
+	int rc;
+
+	if (!c->klen)
+		return 0; /* granted with the admission, never bound: not in the index */
+	rc = pd_index_remove_chunk(rx->o.index, c->key, c->klen, PD_SLOT_REF_IDX(c->ref),
+				   PD_SLOT_REF_GEN(c->ref));
 
 	return rc == -EBUSY ? -EBUSY : 0;
 }
 
-static void free_slot(struct pd_rx *rx, struct rx_chunk *c)
+void pd_rx_free_slot(struct pd_rx *rx, struct rx_chunk *c)
 {
 	(void)pd_pool_free(rx->o.pool, &c->ref, 1);
 	pd_admit_slots_freed(&rx->adm, 1);
@@ -90,7 +94,7 @@ static void free_chunk(struct pd_rx *rx, struct rx_chunk *c)
 		rx->nzombies++;
 		return;
 	}
-	free_slot(rx, c);
+	pd_rx_free_slot(rx, c);
 }
 
 void pd_rx_reap_zombies(struct pd_rx *rx)
@@ -100,7 +104,7 @@ void pd_rx_reap_zombies(struct pd_rx *rx)
 
 		if (c->state == CHUNK_ZOMBIE && index_drop(rx, c) == 0) {
 			rx->nzombies--;
-			free_slot(rx, c);
+			pd_rx_free_slot(rx, c);
 		}
 	}
 }

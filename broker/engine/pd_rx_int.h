@@ -126,6 +126,13 @@ struct pd_rx {
 
 /* pd_rx.c */
 struct rx_req *pd_rx_find(struct pd_rx *rx, const uint8_t *id, uint32_t len);
+/* slot is granted, unwritten, to peer for request id: keyed (an
+ * AllocRequest's) or not (granted with the admission). */
+int pd_rx_slot_granted(const struct pd_rx *rx, uint32_t peer, const uint8_t *id, uint32_t len,
+		       int32_t slot, int keyed);
+/* A PutDone that names what its request does not hold: late (-ENOENT,
+ * counted) or a protocol error (-EPROTO, the request rolled back). */
+int pd_rx_put_done_refused(struct pd_rx *rx, const uint8_t *id, uint32_t len, uint64_t now_ns);
 void pd_rx_tree_add(struct pd_rx *rx, struct rx_req *r);
 void pd_rx_touch(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
 void pd_rx_view(const struct rx_req *r, struct pd_rx_req_view *v);
@@ -160,6 +167,8 @@ void pd_rx_scrub_tick(struct pd_rx *rx);
 int pd_rx_run_batch(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a,
 		 uint64_t now_ns);
 int pd_rx_hold(struct pd_rx *rx, struct rx_req *r, const struct pd_rx_alloc *a);
+/* r holds the chunk of slot now too: pinned (draw: from its reservation). */
+int pd_rx_pin_chunk(struct pd_rx *rx, struct rx_req *r, uint32_t slot, int draw);
 void pd_rx_run_held(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
 
 /* pd_rx_end.c */
@@ -169,5 +178,7 @@ void pd_rx_commit(struct pd_rx *rx, struct rx_chunk *c, uint64_t now_ns);
 void pd_rx_check_ready(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
 void pd_rx_end(struct pd_rx *rx, struct rx_req *r, uint64_t now_ns);
 void pd_rx_reap_zombies(struct pd_rx *rx);
+/* The slot of chunk c goes back to the pool (nothing references it). */
+void pd_rx_free_slot(struct pd_rx *rx, struct rx_chunk *c);
 
 #endif

@@ -112,6 +112,7 @@ void pd_tx_batch_view(const struct pd_tx_batch *b, struct pd_tx_batch_view *v)
 		.rank = r->rank, .world_size = r->world_size,
 		.total_chunks = r->total, .is_last = b->is_last,
 		.n = b->n, .chunks = b->chunks, .remote = b->remote, .gens = b->gens,
+		.grants = b->asked, .bind = b->bind,
 	};
 }
 
@@ -149,6 +150,7 @@ int pd_tx_create(const struct pd_tx_opts *o, struct pd_tx **out)
 	tx->ctx = o->ctx;
 	tx->max_requests = o->max_requests;
 	tx->notify_failures = o->notify_failures;
+	tx->admit_grants = o->admit_grants < PD_TX_MAX_BATCH ? o->admit_grants : PD_TX_MAX_BATCH;
 	tx->alloc_timeout_ns = o->alloc_timeout_ns;
 	tx->tombstone_ns = o->tombstone_ns;
 	tx->next_seq = 1;
@@ -174,6 +176,7 @@ static void destroy_list(struct pd_tx *tx, struct pd_tx_req_list *l)
 		}
 		TAILQ_REMOVE(l, r, link);
 		RB_REMOVE(pd_tx_req_tree, &tx->reqs, r);
+		pd_tx_req_grants_drop(r);
 		free(r);
 	}
 }
@@ -228,6 +231,7 @@ void pd_tx_req_free(struct pd_tx *tx, struct pd_tx_req *r)
 	PD_ASSERT(TAILQ_EMPTY(&r->batches));
 	RB_REMOVE(pd_tx_req_tree, &tx->reqs, r);
 	tx->nreqs--;
+	pd_tx_req_grants_drop(r);
 	free(r);
 }
 
@@ -289,12 +293,13 @@ struct pd_tx_batch *pd_tx_batch_new(struct pd_tx *tx, struct pd_tx_req *r,
 	return b;
 }
 
+/* A batch of the chunks of s from position first on, for an AllocRequest. */
 static struct pd_tx_batch *batch_new(struct pd_tx *tx, struct pd_tx_req *r,
-				     const struct pd_tx_submit *s, uint64_t now_ns)
+				     const struct pd_tx_submit *s, uint32_t first, uint64_t now_ns)
 {
 	uint64_t deadline = tx->alloc_timeout_ns ? pd_tx_deadline(now_ns, tx->alloc_timeout_ns) :
 						   UINT64_MAX;
-	struct pd_tx_batch *b = pd_tx_batch_new(tx, r, s->chunks, s->n, deadline);
+	struct pd_tx_batch *b = pd_tx_batch_new(tx, r, s->chunks + first, s->n - first, deadline);
 
 	if (!b)
 		return NULL;
@@ -363,26 +368,40 @@ static int refuse(struct pd_tx *tx, const struct pd_tx_submit *s, int err)
 	return err;
 }
 
+/* The batch's chunks on the request's grants of the admission (g, the
+ * first ng of them) and the rest (b, through an AllocRequest). */
 static int accept(struct pd_tx *tx, struct pd_tx_req *r, const struct pd_tx_submit *s,
 		  uint64_t now_ns)
 {
+	uint32_t ng = r->npg - r->pg_used < s->n ? r->npg - r->pg_used : s->n;
+	struct pd_tx_batch *g = NULL, *b = NULL;
 	struct pd_tx_batch_view v;
-	struct pd_tx_batch *b = NULL;
 
-	if (s->n) {
-		b = batch_new(tx, r, s, now_ns);
-		if (!b)
-			return -ENOMEM;
+	if (ng && !(g = pd_tx_grant_batch(tx, r, s->chunks, ng)))
+		return -ENOMEM;
+	if (s->n > ng && !(b = batch_new(tx, r, s, ng, now_ns))) {
+		if (g)
+			pd_tx_batch_del(tx, g);
+		return -ENOMEM;
 	}
+	if (g)
+		g->is_last = s->is_last && !b;
+	r->pg_used += ng;
 	r->tag = s->tag;
 	if (!r->first_ns)
 		r->first_ns = now_ns;
 	r->submitted += s->n;
 	r->last_seen = (uint8_t)s->is_last;
-	if (!b) {
+	if (!g && !b) {
 		pd_tx_req_settle(tx, r, now_ns);
 		return 0;
 	}
+	if (g) { /* a write that fails at once aborts r, which drops b */
+		tx->st.pregranted++;
+		pd_tx_batch_post(tx, g, now_ns);
+	}
+	if (!b || r->state != PD_TXR_LIVE)
+		return 0;
 	r->alloc_sent = 1;
 	tx->st.batches++;
 	pd_tx_batch_view(b, &v);
@@ -469,14 +488,12 @@ static void batch_complete(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now
 	pd_tx_req_settle(tx, r, now_ns);
 }
 
-/* b has its remote indexes: post its writes (or complete it when none). */
-static void batch_post(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now_ns)
+void pd_tx_batch_post(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now_ns)
 {
 	struct pd_tx_req *r = b->req;
 	struct pd_tx_batch_view v;
 	int rc;
 
-	TAILQ_REMOVE(&tx->waiting, b, wait_link);
 	b->state = PD_TXB_IDLE;
 	if (!b->nwrite) {
 		batch_complete(tx, b, now_ns);
@@ -518,7 +535,8 @@ int pd_tx_alloc_resp(struct pd_tx *tx, const struct pd_tx_resp *m, uint64_t now_
 		pd_tx_req_abort(tx, b->req, rc, PD_TX_WHY_FAIL, now_ns);
 		return rc == -EPROTO ? rc : 0;
 	}
-	batch_post(tx, b, now_ns);
+	TAILQ_REMOVE(&tx->waiting, b, wait_link);
+	pd_tx_batch_post(tx, b, now_ns);
 	return 0;
 }
 

@@ -24,6 +24,16 @@
  *              PutDone out, chunks counted;
  *     error  -> the request fails.
  *
+ * Grants with the admission (admit_grants > 0): the Reserve asks for up to
+ * admit_grants slots, and the answer that admits the request may carry
+ * them, drawn from the request's reservation, for the rank's first chunks.
+ * A batch whose chunks they cover is written at once, without an
+ * AllocRequest (a batch longer than what is left is split: the covered
+ * chunks written now, an AllocRequest for the rest); its PutDone carries
+ * each chunk's key and length, which the receiver binds to the slot as it
+ * commits it. The grants belong to the request: its abort drops the ones
+ * not used, and an answer that arrives after it is ignored.
+ *
  * Many batches (of many requests) are in flight per peer at once,
  * correlated by seq; nothing waits on a round trip.
  *
@@ -114,6 +124,9 @@ struct pd_tx_batch_view {
 	const int32_t *remote;         /* write: remote index per chunk, -1 = skip (already sent) */
 	const uint32_t *gens;          /* write: the generation each remote slot was granted at
 					* (0: not said, or before the response) */
+	uint32_t grants;               /* Reserve: slots asked with the admission (0: none) */
+	uint32_t bind;                 /* 1: written on grants of the admission; its PutDone
+					* names each chunk's key and length */
 };
 
 /* Final status of a rank's request, for events and ProxyNotif. */
@@ -132,8 +145,9 @@ struct pd_tx_result {
 struct pd_tx_ops {
 	/* Send an AllocRequest for this batch (seq set). */
 	void (*send_alloc)(void *ctx, const struct pd_tx_batch_view *b);
-	/* Send a Reserve (seq, req_id, rank, world_size, total_chunks set;
-	 * n = 0): the peer answers it like an AllocRequest, with no indexes. */
+	/* Send a Reserve (seq, req_id, rank, world_size, total_chunks, grants
+	 * set; n = 0): the peer answers it like an AllocRequest, with at most
+	 * grants indexes. */
 	void (*send_reserve)(void *ctx, const struct pd_tx_batch_view *b);
 	/* The request is admitted (status 0, chunks = its total): the agent
 	 * may stage it. At most once per request, before any other event. */
@@ -170,10 +184,14 @@ struct pd_tx_opts {
 					* (-ETIMEDOUT); 0 = no deadline */
 	uint64_t tombstone_ns;         /* how long an ended (req_id, rank) refuses batches */
 	uint32_t notify_failures;      /* 0/1 */
+	uint32_t admit_grants;         /* slots a Reserve asks with the admission (at most the
+					* rank's total, PD_TX_MAX_BATCH); 0: none */
 };
 
 struct pd_tx_stats {
 	uint64_t batches;              /* AllocRequests sent */
+	uint64_t pregranted;           /* batches written on grants of the admission (no
+					* AllocRequest) */
 	uint64_t declared, admitted;   /* requests declared; of them, admitted */
 	uint64_t chunks, bytes;        /* completed (written, or already at the receiver) */
 	uint64_t requests_done, requests_failed;
@@ -240,8 +258,9 @@ struct pd_tx_resp {
  * write (their remote index is ignored) and count as completed. err != 0:
  * the request fails with err (err > 0: with -EPROTO); a failed remote
  * index (< 0) at a position to write: with -ENOBUFS. For the seq of a
- * Reserve: err 0 with no indexes admits the request; indexes fail it
- * (-EPROTO).
+ * Reserve: err 0 admits the request, with the grants its indexes (and
+ * gens) carry; more indexes than the Reserve asked for, a failed one or
+ * already_sent positions fail it (-EPROTO).
  * @return 0 (also when the response failed the request); -EINVAL NULLs;
  *         -ENOENT unknown/stale seq, another peer, or a second response
  *         (ignored, counted); -EPROTO the response does not match the

@@ -5,7 +5,9 @@
  * once, so admission overlaps the prefill's compute, and only an admitted
  * request takes batches (pd_tx.c refuses the others). The Reserve is a
  * batch of no chunks on its own deadline list (declarations may carry
- * deadlines of their own, so the list is kept sorted).
+ * deadlines of their own, so the list is kept sorted). Its answer may
+ * carry grants for the rank's first chunks (pd_tx.h), kept with the
+ * request until its batches use them or it ends.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -95,6 +97,7 @@ int pd_tx_declare(struct pd_tx *tx, const struct pd_tx_declare *d, uint64_t now_
 		return -ENOMEM;
 	}
 	b->reserve = 1;
+	b->asked = d->total_chunks < tx->admit_grants ? d->total_chunks : tx->admit_grants;
 	admitting_insert(tx, b);
 	r->admit = PD_TXA_WAIT;
 	r->alloc_sent = 1; /* a CancelNotif now withdraws the reservation */
@@ -103,18 +106,69 @@ int pd_tx_declare(struct pd_tx *tx, const struct pd_tx_declare *d, uint64_t now_
 	return 0;
 }
 
+/* The grants an admitting answer carries: at most what was asked, every
+ * one a slot. 0, -EPROTO, or -ENOMEM (then the request cannot use them). */
+static int grants_take(struct pd_tx_req *r, const struct pd_tx_batch *b,
+		       const struct pd_tx_resp *m)
+{
+	if (m->nalready || m->n > b->asked)
+		return -EPROTO;
+	for (uint32_t i = 0; i < m->n; i++)
+		if (m->remote[i] < 0)
+			return -EPROTO;
+	if (!m->n)
+		return 0;
+	r->pg_remote = malloc((size_t)m->n * (sizeof(*r->pg_remote) + sizeof(*r->pg_gens)));
+	if (!r->pg_remote)
+		return -ENOMEM;
+	r->pg_gens = (uint32_t *)(void *)(r->pg_remote + m->n);
+	memcpy(r->pg_remote, m->remote, (size_t)m->n * sizeof(*r->pg_remote));
+	for (uint32_t i = 0; i < m->n; i++)
+		r->pg_gens[i] = m->gens ? m->gens[i] : 0;
+	r->npg = m->n;
+	r->pg_used = 0;
+	return 0;
+}
+
 int pd_tx_reserve_done(struct pd_tx *tx, struct pd_tx_batch *b, const struct pd_tx_resp *m,
 		       uint64_t now_ns)
 {
 	struct pd_tx_req *r = b->req;
+	int rc = grants_take(r, b, m);
 
-	if (m->n || m->nalready) {
-		pd_tx_req_abort(tx, r, -EPROTO, PD_TX_WHY_FAIL, now_ns);
-		return -EPROTO;
+	if (rc < 0) {
+		pd_tx_req_abort(tx, r, rc, PD_TX_WHY_FAIL, now_ns);
+		return rc == -EPROTO ? rc : 0;
 	}
 	pd_tx_batch_del(tx, b);
 	admit(tx, r);
 	return 0;
+}
+
+void pd_tx_req_grants_drop(struct pd_tx_req *r)
+{
+	free(r->pg_remote);
+	r->pg_remote = NULL;
+	r->pg_gens = NULL;
+	r->npg = r->pg_used = 0;
+}
+
+struct pd_tx_batch *pd_tx_grant_batch(struct pd_tx *tx, struct pd_tx_req *r,
+				      const struct pd_tx_chunk *c, uint32_t n)
+{
+	struct pd_tx_batch *b;
+
+	PD_ASSERT(n && n <= r->npg - r->pg_used);
+	b = pd_tx_batch_new(tx, r, c, n, UINT64_MAX);
+	if (!b)
+		return NULL;
+	b->state = PD_TXB_IDLE; /* on no wait list: nothing to wait for */
+	b->bind = 1;
+	memcpy(b->remote, r->pg_remote + r->pg_used, (size_t)n * sizeof(*b->remote));
+	memcpy(b->gens, r->pg_gens + r->pg_used, (size_t)n * sizeof(*b->gens));
+	b->nwrite = n;
+	tx->st.live_batches++;
+	return b;
 }
 
 int pd_tx_admit_expire(struct pd_tx *tx, uint64_t now_ns)

@@ -153,6 +153,7 @@ int pd_tx_req_abort(struct pd_tx *tx, struct pd_tx_req *r, int err, uint32_t why
 	r->status = err;
 	r->cancelled = why == PD_TX_WHY_CANCEL || why == PD_TX_WHY_AGENT;
 	tx->ops.wake_alloc(tx->ctx, r->tag);
+	pd_tx_req_grants_drop(r); /* the receiver takes them back with the rollback */
 	drop_unposted(tx, r);
 	/* Any end but success dooms the whole request: the receiver rolls it
 	 * back on the first CancelNotif, so the other ranks go too. Their

@@ -51,6 +51,8 @@ struct pd_tx_batch {
 	uint64_t bytes;                        /* sum of the chunk lengths */
 	uint32_t state;                        /* PD_TXB_* */
 	uint32_t reserve;                      /* 1: the request's Reserve (n = 0) */
+	uint32_t asked;                        /* Reserve: grants asked with the admission */
+	uint32_t bind;                         /* 1: written on grants of the admission */
 	uint32_t is_last;
 	uint32_t n;
 	uint32_t nwrite;                       /* chunks to write (not already sent) */
@@ -77,6 +79,9 @@ struct pd_tx_req {
 	uint32_t completed;                    /* chunks completed */
 	uint32_t inflight;                     /* batches in PD_TXB_WRITING */
 	int32_t status;                        /* 0, or why it failed */
+	int32_t *pg_remote;                    /* grants of the admission: npg slots, */
+	uint32_t *pg_gens;                     /* ... their generations (after pg_remote) */
+	uint32_t npg, pg_used;                 /* ... for the rank's first npg chunks */
 	uint8_t last_seen, alloc_sent, agent_gone, peer_failed, cancelled;
 	uint8_t cancel_late;                   /* completed, then cancelled: 1 CancelNotif
 						* owed (sent once no rank writes), 2 sent */
@@ -93,6 +98,7 @@ struct pd_tx {
 	void *ctx;
 	uint32_t max_requests;
 	uint32_t notify_failures;
+	uint32_t admit_grants;
 	uint64_t alloc_timeout_ns;
 	uint64_t tombstone_ns;
 	uint64_t next_seq;
@@ -123,6 +129,8 @@ struct pd_tx_req *pd_tx_req_tomb_new(struct pd_tx *tx, const uint8_t *id, uint32
 /* A new LIVE request (not admitted) from its declaration; NULL: no memory. */
 struct pd_tx_req *pd_tx_req_new(struct pd_tx *tx, const struct pd_tx_declare *d,
 				uint64_t now_ns);
+/* Forget r's grants of the admission not used yet (the request ended). */
+void pd_tx_req_grants_drop(struct pd_tx_req *r);
 /* Undo pd_tx_req_new() (nothing of it was sent). */
 void pd_tx_req_unnew(struct pd_tx *tx, struct pd_tx_req *r);
 /* Remove from the lookup tree and free (batches must be gone). */
@@ -143,6 +151,13 @@ uint64_t pd_tx_deadline(uint64_t now_ns, uint64_t after_ns);
 /* The answer to Reserve b (err 0): admitted, or -EPROTO (indexes given). */
 int pd_tx_reserve_done(struct pd_tx *tx, struct pd_tx_batch *b, const struct pd_tx_resp *m,
 		       uint64_t now_ns);
+/* b (chunks set, off every wait list) has its remote indexes: post its
+ * writes, or complete it when none. */
+void pd_tx_batch_post(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now_ns);
+/* A batch of the first n chunks of c on r's grants of the admission
+ * (n <= what is left of them), counted, not posted yet; NULL: no memory. */
+struct pd_tx_batch *pd_tx_grant_batch(struct pd_tx *tx, struct pd_tx_req *r,
+				      const struct pd_tx_chunk *c, uint32_t n);
 /* Requests whose admission is overdue fail (-ETIMEDOUT). @return how many. */
 int pd_tx_admit_expire(struct pd_tx *tx, uint64_t now_ns);
 

@@ -147,15 +147,7 @@ static void test_own_cancel_acknowledged(void **state)
 /* The legitimate peer moves n requests of 4 chunks, every byte verified. */
 static void legit_moves(struct it *t, uint32_t n)
 {
-	char req[32];
-
-	for (uint32_t i = 0; i < n; i++) {
-		(void)snprintf(req, sizeof(req), "legit%u", i);
-		assert_int_equal(it_put(t, req, 0, 4, 4), 0);
-		it_expect_event(t, req, PD_EV_PUT_DONE);
-		it_verify(t, req, 4);
-		assert_int_equal(pd_recv_release(t->da, req), 0);
-	}
+	it_move(t, "legit", n, 4);
 }
 
 /* 2000 requests from a stranger, pipelined, with --peer-max-reserved 8:

@@ -10,39 +10,10 @@
  * byte for byte. A session that ends closes its lanes, and its secret
  * opens none any more.
  */
-#include "it_raw.h"
-#include "pd_fake_peer.h"
-#include "pd_wire.h"
-
-struct peer {
-	struct pd_fake_peer f;
-	uint64_t secret;
-	int port;
-};
-
-static void peer_open(struct peer *p, const struct it *t)
-{
-	struct pd_msg ack;
-
-	memset(p, 0, sizeof(*p));
-	pd_fake_open(&p->f, t->d.ctrl, NULL, "another-host", IT_SLOT, &ack);
-	p->secret = ack.u.hello.data_secret;
-	assert_true(p->secret != 0);
-	p->port = it_data_port(&t->d);
-	assert_true(p->port > 0);
-}
-
-/* A data lane of p: connected, HELLO accepted. */
-static int lane(const struct peer *p)
-{
-	int fd = it_raw_connect(p->port);
-
-	assert_int_equal(it_raw_hello(fd, p->secret), 0);
-	return fd;
-}
+#include "it_stranger.h"
 
 /* p's request req of one 4 KiB chunk: its slot and generation. */
-static void grant(struct peer *p, const char *req, int32_t *slot, uint32_t *gen)
+static void grant(struct it_stranger *p, const char *req, int32_t *slot, uint32_t *gen)
 {
 	char key[48];
 	struct pd_bytes k;
@@ -64,19 +35,6 @@ static void grant(struct peer *p, const char *req, int32_t *slot, uint32_t *gen)
 	*gen = m.u.alloc_resp.remote_gens[0];
 }
 
-/* A write of 4 KiB to (slot, gen) on a fresh lane: 0 acknowledged, or -1
- * refused (the broker closes the lane). */
-static int write_one(const struct peer *p, int32_t slot, uint32_t gen)
-{
-	struct pd_tcp_hdr h;
-	int fd = lane(p), rc;
-
-	it_raw_frame(fd, PD_TCP_T_DATA, (uint32_t)slot, gen, 0, 4096);
-	rc = it_raw_read(fd, &h) == 0 && h.type == PD_TCP_T_ACK ? 0 : -1;
-	(void)close(fd);
-	return rc;
-}
-
 /* Every slot but the stranger's own is the same in both copies. */
 static void arena_same_but(const void *a, const void *b, size_t n, int32_t own)
 {
@@ -92,31 +50,31 @@ static void arena_same_but(const void *a, const void *b, size_t n, int32_t own)
 static void test_other_slots_and_generations_refused(void **state)
 {
 	struct it *t = it_start(8, 16);
-	struct peer p;
+	struct it_stranger p;
 	int32_t slot;
 	uint32_t gen, refused = 0;
 	size_t n1, n2;
 	void *before, *after;
 
 	(void)state;
-	peer_open(&p, t);
+	it_stranger_open(&p, t);
 	it_half_put(t, "legit");
 	grant(&p, "mine", &slot, &gen);
 	before = it_arena_copy(&t->d, &n1);
 	for (int32_t s = 0; s < 16; s++) {
 		if (s == slot)
 			continue;
-		assert_int_equal(write_one(&p, s, gen), -1);
+		assert_int_equal(it_stranger_write(&p, s, gen), -1);
 		refused++;
 	}
-	assert_int_equal(write_one(&p, slot, gen + 1), -1);   /* a later generation */
-	assert_int_equal(write_one(&p, slot, gen - 1), -1);   /* an earlier one */
+	assert_int_equal(it_stranger_write(&p, slot, gen + 1), -1);   /* a later generation */
+	assert_int_equal(it_stranger_write(&p, slot, gen - 1), -1);   /* an earlier one */
 	refused += 2;
 	assert_int_equal(it_wait_stat(&t->d, "data.refused_writes", refused), refused);
 	after = it_arena_copy(&t->d, &n2);
 	assert_int_equal(n1, n2);
 	assert_memory_equal(before, after, n1);
-	assert_int_equal(write_one(&p, slot, gen), 0);        /* its own: lands */
+	assert_int_equal(it_stranger_write(&p, slot, gen), 0);        /* its own: lands */
 	free(after);
 	after = it_arena_copy(&t->d, &n2);
 	arena_same_but(before, after, n1, slot);
@@ -132,7 +90,7 @@ static void test_other_slots_and_generations_refused(void **state)
 static void test_late_frame_after_release_refused(void **state)
 {
 	struct it *t = it_start(8, 16);
-	struct peer p;
+	struct it_stranger p;
 	struct pd_msg m = { .type = PD_MSG_PUT_DONE };
 	struct pd_recv_info info;
 	int32_t slot;
@@ -141,9 +99,9 @@ static void test_late_frame_after_release_refused(void **state)
 	void *before, *after;
 
 	(void)state;
-	peer_open(&p, t);
+	it_stranger_open(&p, t);
 	grant(&p, "once", &slot, &gen);
-	assert_int_equal(write_one(&p, slot, gen), 0);
+	assert_int_equal(it_stranger_write(&p, slot, gen), 0);
 	m.u.put_done = (struct pd_msg_put_done){ .seq = 1, .req_id = pd_fake_str("once"), .n = 1,
 						 .indexes = &slot, .gens = &gen };
 	pd_fake_send(&p.f, &m);
@@ -152,7 +110,7 @@ static void test_late_frame_after_release_refused(void **state)
 	assert_int_equal(pd_recv_release(t->da, "once"), 0);
 	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
 	before = it_arena_copy(&t->d, &n1);
-	assert_int_equal(write_one(&p, slot, gen), -1);
+	assert_int_equal(it_stranger_write(&p, slot, gen), -1);
 	assert_true(it_wait_stat(&t->d, "data.refused_writes", 1) >= 1);
 	after = it_arena_copy(&t->d, &n2);
 	assert_memory_equal(before, after, n1);
@@ -167,13 +125,13 @@ static void test_late_frame_after_release_refused(void **state)
 static void test_ended_session_fenced(void **state)
 {
 	struct it *t = it_start(8, 16);
-	struct peer p;
+	struct it_stranger p;
 	struct pd_msg bye = { .type = PD_MSG_HEARTBEAT };
 	int fd, again;
 
 	(void)state;
-	peer_open(&p, t);
-	fd = lane(&p);
+	it_stranger_open(&p, t);
+	fd = it_stranger_lane(&p);
 	bye.u.heartbeat = (struct pd_msg_heartbeat){ .epoch = 12345, .bye = 1, .has_bye = 1 };
 	pd_fake_send(&p.f, &bye);
 	it_expect_closed(fd);

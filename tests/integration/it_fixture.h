@@ -288,6 +288,21 @@ static inline void it_expect_event(struct it *t, const char *req, uint32_t type)
 /* Wait (bounded) until a broker's pool has want free slots; the count. */
 static inline uint32_t it_wait_free(const struct pd_test_broker *b, int recv, uint32_t want);
 
+/* n requests "<prefix><i>" of chunks chunks, each in one batch: PUT_DONE,
+ * every byte verified at the decode agent, released. */
+static inline void it_move(struct it *t, const char *prefix, uint32_t n, uint32_t chunks)
+{
+	char req[32];
+
+	for (uint32_t i = 0; i < n; i++) {
+		(void)snprintf(req, sizeof(req), "%s%u", prefix, i);
+		assert_int_equal(it_put(t, req, 0, chunks, chunks), 0);
+		it_expect_event(t, req, PD_EV_PUT_DONE);
+		it_verify(t, req, chunks);
+		assert_int_equal(pd_recv_release(t->da, req), 0);
+	}
+}
+
 /* Free slots of a broker's pool, read from its segment (read-only). */
 static inline uint32_t it_free_slots(const struct pd_test_broker *b, int recv)
 {

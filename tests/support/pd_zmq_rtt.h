@@ -31,9 +31,18 @@ static inline void *pd_zmq_rep_main(void *arg)
 	return NULL;
 }
 
-/* Median of n round trips to a REP bound on host (numeric IPv4), in µs;
- * -1 when it could not be set up. */
-static inline double pd_zmq_rtt(const char *host, uint32_t n)
+/* The p-th percentile (0..100) of n sorted samples, in µs. */
+static inline double pd_pct_us(const uint64_t *sorted, uint32_t n, uint32_t p)
+{
+	uint32_t i = (uint32_t)((uint64_t)n * p / 100);
+
+	return (double)sorted[i < n ? i : n - 1] / 1e3;
+}
+
+/* Median of n round trips to a REP bound on host (numeric IPv4), in µs,
+ * and their 99th percentile in *p99 (may be NULL); -1 when it could not
+ * be set up. */
+static inline double pd_zmq_rtt_p99(const char *host, uint32_t n, double *p99)
 {
 	void *ctx = zmq_ctx_new(), *rep = zmq_socket(ctx, ZMQ_REP), *req = zmq_socket(ctx, ZMQ_REQ);
 	uint64_t *lat = calloc(n, sizeof(*lat));
@@ -57,13 +66,20 @@ static inline double pd_zmq_rtt(const char *host, uint32_t n)
 	(void)zmq_recv(req, b, sizeof(b), 0);
 	(void)pthread_join(th, NULL);
 	qsort(lat, n, sizeof(*lat), pd_cmp_u64);
-	med = (double)lat[n / 2] / 1e3;
+	med = pd_pct_us(lat, n, 50);
+	if (p99)
+		*p99 = pd_pct_us(lat, n, 99);
 out:
 	free(lat);
 	(void)zmq_close(req);
 	(void)zmq_close(rep);
 	(void)zmq_ctx_term(ctx);
 	return med;
+}
+
+static inline double pd_zmq_rtt(const char *host, uint32_t n)
+{
+	return pd_zmq_rtt_p99(host, n, NULL);
 }
 
 #endif

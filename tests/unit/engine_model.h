@@ -129,10 +129,13 @@ struct em_cfg {
 	uint32_t stop_on_nobufs;         /* an exhausted pool ends the rank's step (a blocked thread) */
 	uint32_t fill_later_pct;         /* a loan is filled and submitted at the next step */
 	uint32_t legacy;                 /* the old sender: stage without admission (see the test) */
+	uint32_t grants;                 /* the senders' admit_grants (0: none) */
 };
 
 struct em_msg {
 	uint32_t type, p, d, req, rank, ws, total, is_last, n, nalready;
+	uint32_t grants;                 /* Reserve: grants asked */
+	uint32_t bind;                   /* PutDone: binds keys (grants of the admission) */
 	uint64_t seq;
 	int32_t err;
 	int32_t idx[EM_MAXBATCH];        /* PutDone indexes, reply/write remote indexes */

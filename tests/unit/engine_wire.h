@@ -43,7 +43,18 @@ static void tx_send_reserve(void *ctx, const struct pd_tx_batch_view *v)
 	m->rank = v->rank;
 	m->ws = v->world_size;
 	m->total = v->total_chunks;
+	m->grants = v->grants;
 	net_send(m, &pb->fifo[v->peer]);
+}
+
+/* The chunks' keys and lengths into m (an AllocRequest, a binding PutDone). */
+static void msg_keys(struct em_msg *m, const struct pd_tx_batch_view *v)
+{
+	for (uint32_t i = 0; i < m->n; i++) {
+		m->klen[i] = v->chunks[i].klen <= EM_KEYLEN ? v->chunks[i].klen : EM_KEYLEN;
+		memcpy(m->key[i], v->chunks[i].key, m->klen[i]);
+		m->lens[i] = v->chunks[i].len;
+	}
 }
 
 static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
@@ -60,11 +71,7 @@ static void tx_send_alloc(void *ctx, const struct pd_tx_batch_view *v)
 	m->total = v->total_chunks;
 	m->is_last = v->is_last;
 	m->n = v->n <= EM_MAXBATCH ? v->n : 0;
-	for (uint32_t i = 0; i < m->n; i++) {
-		m->klen[i] = v->chunks[i].klen <= EM_KEYLEN ? v->chunks[i].klen : EM_KEYLEN;
-		memcpy(m->key[i], v->chunks[i].key, m->klen[i]);
-		m->lens[i] = v->chunks[i].len;
-	}
+	msg_keys(m, v);
 	tr("P%u alloc %.*s/%u seq %llu n %u%s", pb_idx(pb), (int)v->req_id_len, v->req_id, v->rank,
 	   (unsigned long long)v->seq, v->n, v->is_last ? " last" : "");
 	net_send(m, &pb->fifo[v->peer]);
@@ -153,6 +160,11 @@ static void tx_put_done(void *ctx, const struct pd_tx_batch_view *v, const int32
 	m->n = n <= EM_MAXBATCH ? n : 0;
 	if (m->n)
 		memcpy(m->idx, idx, m->n * sizeof(*idx));
+	m->bind = v->bind;
+	EXPECT(!v->bind || n == v->n, "P%u: a binding PutDone of %u of %u chunks", pb_idx(pb), n,
+	       v->n);
+	if (v->bind)
+		msg_keys(m, v);
 	net_send(m, &pb->fifo[v->peer]);
 }
 
@@ -297,7 +309,8 @@ static void deliver_to_rx(struct em_msg *m)
 	if (m->type == M_RESERVE) {
 		struct pd_rx_reserve r = { .peer = m->p, .seq = m->seq, .req_id = (uint8_t *)q->id,
 					   .req_id_len = q->idlen, .total_chunks = m->total,
-					   .world_size = m->ws, .rank = m->rank };
+					   .world_size = m->ws, .rank = m->rank,
+					   .grants = m->grants };
 
 		rc = pd_rx_reserve(db->rx, &r, W->now);
 		EXPECT(rc >= 0, "D%u: Reserve %s/%u: %d", m->d, q->id, m->rank, rc);
@@ -312,6 +325,13 @@ static void deliver_to_rx(struct em_msg *m)
 			keys[i] = (struct pd_rx_key){ .p = (uint8_t *)m->key[i], .len = m->klen[i] };
 		rc = pd_rx_alloc(db->rx, &a, W->now);
 		EXPECT(rc >= 0, "D%u: AllocRequest %s/%u: %d", m->d, q->id, m->rank, rc);
+	} else if (m->type == M_PUTDONE && m->bind) {
+		for (uint32_t i = 0; i < m->n; i++)
+			keys[i] = (struct pd_rx_key){ .p = (uint8_t *)m->key[i], .len = m->klen[i] };
+		rc = pd_rx_bind(db->rx, m->p, (uint8_t *)q->id, q->idlen, m->idx, keys, m->lens,
+				m->n, W->now);
+		EXPECT(rc == 0 || rc == -ENOENT, "D%u: binding PutDone %s/%u: %d", m->d, q->id,
+		       m->rank, rc);
 	} else if (m->type == M_PUTDONE) {
 		rc = pd_rx_put_done(db->rx, m->p, (uint8_t *)q->id, q->idlen, m->idx, m->n, W->now);
 		EXPECT(rc == 0 || rc == -ENOENT, "D%u: PutDone %s/%u: %d", m->d, q->id, m->rank, rc);

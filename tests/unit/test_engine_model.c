@@ -56,14 +56,16 @@
  * live in any engine, the recv index empty.
  *
  * Cases: random topologies and schedules (every injection but write
- * failures); one rank failing while its sibling lives (write failures,
+ * failures), also with grants from the admission (admit_grants: batches
+ * written without an AllocRequest, bound by their PutDone); one rank failing while its sibling lives (write failures,
  * tp 2: FAILS on the current engines, see its comment); the issue's
  * configuration (send 32, recv 32, 6 running requests of 16 chunks, batch
  * 4, decode hold 30 ms); and the same with the model's engine switched to
  * the old sender, which must get stuck: it shows the progress check can
  * fail, it is not a supported mode.
  *
- * Runs in about 0.5 s (release), 3.5 s (ASan + UBSan), 20 s (valgrind).
+ * Runs in about 1.2 s (release), 5 s (ASan + UBSan); under valgrind about
+ * twice the 20 s it took before the cases with grants.
  * PD_ENGINE_SEED=n runs seed n only (each test case), PD_ENGINE_SEEDS=n
  * seeds 1..n; PD_ENGINE_TRACE=1 prints every traced event.
  */
@@ -234,7 +236,7 @@ static void world_open(void)
 {
 	struct pd_tx_opts to = { .ops = &em_tx_ops, .max_requests = 4096,
 				 .alloc_timeout_ns = EM_ALLOC_TMO, .tombstone_ns = EM_TOMB_NS,
-				 .notify_failures = 1 };
+				 .notify_failures = 1, .admit_grants = W->c.grants };
 	struct pd_rx_opts ro = { .ops = &em_rx_ops, .owner = EM_RX_OWNER, .max_requests = 4096,
 				 .admission_timeout_ns = EM_RX_ADMIT, .ttl_ns = EM_RX_TTL,
 				 .tombstone_ns = EM_TOMB_NS, .max_held_bytes = 1u << 20 };
@@ -514,6 +516,22 @@ static void cfg_write_fail(struct em_cfg *c, uint32_t seed)
 	cfg_random_any(c, seed, 1);
 }
 
+/* The same with grants from the admission: 1, 2, 3 or EM_MAXBATCH asked (a batch
+ * longer than them is split). */
+static void cfg_random_grants(struct em_cfg *c, uint32_t seed)
+{
+	static const uint32_t g[] = { 1, 2, 3, EM_MAXBATCH };
+
+	cfg_random_any(c, seed, 0);
+	c->grants = g[seed % 4];
+}
+
+static void cfg_write_fail_grants(struct em_cfg *c, uint32_t seed)
+{
+	cfg_write_fail(c, seed);
+	c->grants = 1 + seed % 3;
+}
+
 /* The issue's configuration: send pool 32, recv pool 32, 6 running
  * requests of 16 chunks, batch 4, decode hold 30 ms; tp 2 on one prefill
  * broker (each request needs the whole recv pool), requests arriving in a
@@ -632,6 +650,19 @@ static void test_rank_failure_with_sibling_live(void **state)
 			 0);
 }
 
+/* Grants with the admission, on the random schedules and with rank
+ * failures: batches written on them, split, cancelled, their ranks'
+ * siblings failing; every write still lands in a slot granted to its
+ * request, and everything ends. */
+static void test_random_schedules_with_grants(void **state)
+{
+	(void)state;
+	assert_int_equal(run_case("engine model, grants", SEEDS_RANDOM, cfg_random_grants), 0);
+	assert_int_equal(run_case("engine model, grants, rank failures", SEEDS_RANKFAIL,
+				  cfg_write_fail_grants),
+			 0);
+}
+
 /* The issue's configuration, declare before staging: never stuck. */
 static void test_issue_config_progress(void **state)
 {
@@ -724,6 +755,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_schedules_progress),
 		cmocka_unit_test(test_rank_failure_with_sibling_live),
+		cmocka_unit_test(test_random_schedules_with_grants),
 		cmocka_unit_test(test_issue_config_progress),
 		cmocka_unit_test(test_legacy_issue_config_stalls),
 	};

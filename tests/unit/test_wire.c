@@ -599,6 +599,16 @@ static void reserve_bounds(void)
 	expect_einval(&m);
 	m.u.reserve.rank = UINT32_MAX;
 	expect_einval(&m);
+	fx_fill(PD_MSG_RESERVE, &m);
+	m.u.reserve.total_chunks = 3;
+	m.u.reserve.grants = 4;                      /* more grants than chunks */
+	expect_einval(&m);
+	fx_fill(PD_MSG_PUT_DONE, &m);
+	m.u.put_done.lens = NULL;                    /* keys without their lengths */
+	expect_einval(&m);
+	fx_fill(PD_MSG_PUT_DONE, &m);
+	m.u.put_done.keys = NULL;                    /* lengths without keys */
+	expect_einval(&m);
 }
 
 static void test_encode_bounds(void **state)

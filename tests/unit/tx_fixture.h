@@ -58,6 +58,9 @@ struct fx_ev {
 	int32_t status;                /* PROXY, AGENT, ADMITTED */
 	uint32_t chunks;               /* PROXY, AGENT, ADMITTED; RESERVE: total */
 	uint32_t world;                /* RESERVE */
+	uint32_t grants;               /* RESERVE: grants asked */
+	uint32_t bind;                 /* WRITE, PUT: on grants of the admission */
+	int32_t remote0;               /* WRITE: the first chunk's remote index */
 	uint64_t bytes, tag;
 	uint32_t slot0;                /* FREE: first slot index */
 	char req[PD_REQ_ID_MAX + 1];
@@ -169,10 +172,15 @@ static inline int fx_write(void *ctx, const struct pd_tx_batch_view *v)
 
 	for (i = 0; i < v->n; i++)
 		e->nwrite += v->remote[i] >= 0;
+	e->bind = v->bind;
+	e->remote0 = v->n ? v->remote[0] : -1;
 	if (v->seq < FX_SEQS && f->b[v->seq].reserve)
 		fx_breach(f, "write for Reserve seq %llu", (unsigned long long)v->seq);
 	if (f->write_rc || v->seq >= FX_SEQS)
 		return f->write_rc;
+	if (v->bind) /* no AllocRequest told the fake of it */
+		f->b[v->seq] = (struct fx_batch){ .n = v->n, .peer = v->peer,
+						  .slot0 = PD_SLOT_REF_IDX(v->chunks[0].slot) };
 	f->b[v->seq].wrote = 1;
 	if (f->b[v->seq].writing)
 		fx_breach(f, "second write of seq %llu", (unsigned long long)v->seq);
@@ -209,6 +217,7 @@ static inline void fx_put_done(void *ctx, const struct pd_tx_batch_view *v, cons
 	uint32_t i;
 
 	e->n = n;
+	e->bind = v->bind;
 	for (i = 0; i < n; i++)
 		if (idx[i] < 0)
 			fx_breach(f, "PutDone with index %d", idx[i]);
@@ -259,6 +268,7 @@ static inline void fx_send_reserve(void *ctx, const struct pd_tx_batch_view *v)
 
 	e->chunks = v->total_chunks;
 	e->world = v->world_size;
+	e->grants = v->grants;
 	if (v->n || !v->total_chunks || v->rank >= v->world_size)
 		fx_breach(f, "Reserve seq %llu: n %u, total %u, rank %u of %u",
 			  (unsigned long long)v->seq, v->n, v->total_chunks, v->rank,

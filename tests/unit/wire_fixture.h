@@ -300,6 +300,8 @@ static inline void fx_fill_lists(struct pd_msg *m)
 	case PD_MSG_PUT_DONE:
 		m->u.put_done.n = 1;
 		m->u.put_done.indexes = already;
+		m->u.put_done.keys = keys;   /* a bind: slots granted with the admission */
+		m->u.put_done.lens = lens;
 		break;
 	default:
 		m->u.cancel.nkeys = 2;
@@ -350,7 +352,7 @@ static inline void fx_fill(uint32_t type, struct pd_msg *m)
 	case PD_MSG_RESERVE:
 		m->u.reserve = (struct pd_msg_reserve){ .seq = 1ull << 40,
 			.req_id = fx_b("req-1"), .total_chunks = 100000, .world_size = 4,
-			.rank = 3 };
+			.rank = 3, .grants = 16 };
 		break;
 	default:
 		m->u.error = (struct pd_msg_error){ .seq = 9, .code = -EPROTO,
@@ -460,6 +462,11 @@ static inline void fx_msg_eq(const struct pd_msg *a, const struct pd_msg *b)
 		assert_int_equal(a->u.put_done.rank, b->u.put_done.rank);
 		assert_int_equal(a->u.put_done.n, b->u.put_done.n);
 		fx_arr_eq(a->u.put_done.indexes, b->u.put_done.indexes, a->u.put_done.n);
+		assert_int_equal(!a->u.put_done.keys, !b->u.put_done.keys);
+		if (a->u.put_done.keys) {
+			fx_keys_eq(a->u.put_done.keys, b->u.put_done.keys, a->u.put_done.n);
+			fx_arr_eq(a->u.put_done.lens, b->u.put_done.lens, a->u.put_done.n);
+		}
 		break;
 	case PD_MSG_CANCEL:
 		fx_bytes_eq(a->u.cancel.req_id, b->u.cancel.req_id);
@@ -480,6 +487,7 @@ static inline void fx_msg_eq(const struct pd_msg *a, const struct pd_msg *b)
 		assert_int_equal(a->u.reserve.total_chunks, b->u.reserve.total_chunks);
 		assert_int_equal(a->u.reserve.world_size, b->u.reserve.world_size);
 		assert_int_equal(a->u.reserve.rank, b->u.reserve.rank);
+		assert_int_equal(a->u.reserve.grants, b->u.reserve.grants);
 		break;
 	default:
 		assert_int_equal(a->u.error.seq, b->u.error.seq);
