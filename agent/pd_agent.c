@@ -25,16 +25,31 @@ void pd_agent_set_log_fn(struct pd_agent *a, pd_agent_log_fn *fn, void *ctx)
 }
 
 /* 0 while the broker lives; -ENOTCONN (latched) once it is gone. */
+/* The broker's socket closed (it died) or has something: a poll of it, at
+ * most one per SOCK_POLL_NS (a call that costs a syscall, made by every
+ * call of the API: pd_req_state() in an engine's step loop among them). */
+#define SOCK_POLL_NS 1000000u
+
+static int sock_closed(struct pd_agent *a)
+{
+	struct pollfd p = { .fd = a->sock, .events = POLLIN | POLLRDHUP };
+	uint64_t now = pd_now_ns();
+
+	if (now - atomic_load_explicit(&a->sock_seen_ns, memory_order_relaxed) < SOCK_POLL_NS)
+		return 0;
+	atomic_store_explicit(&a->sock_seen_ns, now, memory_order_relaxed);
+	return poll(&p, 1, 0) > 0 && p.revents;
+}
+
 int pd_ag_check_broker(void *ctx)
 {
 	struct pd_agent *a = ctx;
-	struct pollfd p = { .fd = a->sock, .events = POLLIN | POLLRDHUP };
 	uint32_t st = atomic_load_explicit(&a->shm.seg.hdr->state, memory_order_acquire);
 
 	if (atomic_load(&a->gone))
 		return -ENOTCONN;
-	if ((poll(&p, 1, 0) > 0 && p.revents) || st == PD_SHM_DEAD || st == PD_SHM_DRAINING ||
-	    a->shm.seg.hdr->epoch != a->epoch) {
+	if (st == PD_SHM_DEAD || st == PD_SHM_DRAINING || a->shm.seg.hdr->epoch != a->epoch ||
+	    sock_closed(a)) {
 		if (!atomic_exchange(&a->gone, 1)) /* said once */
 			AG_LOG(a, WARN, "broker gone (agent %u)", a->id);
 		return -ENOTCONN;

@@ -151,16 +151,21 @@ static void doze(struct pd_agent *a, uint32_t timeout_ms)
 }
 
 /* Become the reader for one round: drain the ring, or (may_doze) doze.
+ * lazy: an empty ring is left at that, bell and all (a look that costs no
+ * syscall, for calls that never stand behind pd_agent_fd()'s readiness).
  * Lock held on entry and exit. */
-static void read_round(struct pd_agent *a, uint32_t timeout_ms, int may_doze)
+static void read_round(struct pd_agent *a, uint32_t timeout_ms, int may_doze, int lazy)
 {
 	struct pd_cqe c[16];
 	int n;
 
 	a->reader = 1;
 	(void)pthread_mutex_unlock(&a->lock);
-	clear_bell(a);
-	n = pd_ring_dequeue_burst_sc(&a->cq, c, 16);
+	n = 0;
+	if (!lazy || pd_ring_count(&a->cq)) {
+		clear_bell(a);
+		n = pd_ring_dequeue_burst_sc(&a->cq, c, 16);
+	}
 	if (n == 0 && may_doze)
 		doze(a, timeout_ms);
 	(void)pthread_mutex_lock(&a->lock);
@@ -172,11 +177,11 @@ static void read_round(struct pd_agent *a, uint32_t timeout_ms, int may_doze)
 	(void)pthread_cond_broadcast(&a->cond);
 }
 
-void pd_ag_poll(struct pd_agent *a)
+void pd_ag_poll(struct pd_agent *a, int lazy)
 {
 	(void)pthread_mutex_lock(&a->lock);
 	if (!a->reader)
-		read_round(a, 0, 0);
+		read_round(a, 0, 0, lazy);
 	(void)pthread_mutex_unlock(&a->lock);
 }
 
@@ -186,7 +191,7 @@ static void wait_turn(struct pd_agent *a, uint64_t deadline)
 	uint64_t until = slice < deadline ? slice : deadline;
 
 	if (!a->reader) {
-		read_round(a, (uint32_t)((until > now ? until - now : 0) / PD_NS_PER_MS), 1);
+		read_round(a, (uint32_t)((until > now ? until - now : 0) / PD_NS_PER_MS), 1, 0);
 	} else {
 		struct timespec ts = pd_ns_to_ts(until);
 
@@ -249,7 +254,9 @@ static int pick_mail(struct pd_agent *a, const void *key, void *out)
 int pd_ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms)
 {
 	if (timeout_ms == 0)
-		pd_ag_poll(a); /* "do not wait" still reads what has arrived */
+		pd_ag_poll(a, 0); /* "do not wait" still reads what has arrived, and
+				   * clears the bell of an application polling
+				   * pd_agent_fd() */
 	return wait_for(a, pick_event, NULL, out, pd_deadline_ms(timeout_ms));
 }
 
@@ -288,7 +295,7 @@ int pd_ag_wait_admitted(struct pd_agent *a, const uint8_t *id, uint32_t len, uin
 	struct gate_key k = { id, len };
 	int gate = -EAGAIN, rc;
 
-	pd_ag_poll(a); /* a timeout of 0 still sees an admission that has arrived */
+	pd_ag_poll(a, 1); /* a timeout of 0 still sees an admission that has arrived */
 	rc = wait_for(a, pick_gate, &k, &gate, deadline_ns);
 	if (rc == -ENOTCONN)
 		return rc;

@@ -36,6 +36,7 @@ struct pd_agent {
 	uint64_t epoch;
 	struct pd_ring_view sq, cq;
 	_Atomic int gone;            /* the broker is gone: everything fails -ENOTCONN */
+	_Atomic uint64_t sock_seen_ns; /* the socket was last polled (pd_ag_check_broker) */
 
 	pthread_mutex_t sq_lock;     /* one producer at a time */
 	struct pd_sqe *sqbuf;        /* a PUT being built (under sq_lock) */
@@ -111,8 +112,10 @@ int pd_ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n);
 int pd_ag_wait_event(struct pd_agent *a, struct pd_cqe *out, uint32_t timeout_ms);
 int pd_ag_wait_mail(struct pd_agent *a, uint64_t user, struct pd_cqe *out, uint32_t timeout_ms);
 /* File what the broker has sent so far, without waiting (unless another
- * thread is reading: then nothing). */
-void pd_ag_poll(struct pd_agent *a);
+ * thread is reading: then nothing). lazy: an empty ring costs no syscall
+ * (its bell is not cleared: not for pd_next_event(), whose caller may
+ * poll pd_agent_fd()). */
+void pd_ag_poll(struct pd_agent *a, int lazy);
 /* Until req_id may take staging or deadline_ns: pd_reqtab_gate()'s answer
  * (-EAGAIN at the deadline); -ENOTCONN. */
 int pd_ag_wait_admitted(struct pd_agent *a, const uint8_t *id, uint32_t len, uint64_t deadline_ns);

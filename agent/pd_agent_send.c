@@ -93,7 +93,7 @@ int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status)
 		return -EINVAL;
 	if (pd_ag_check_broker(a) < 0)
 		return -ENOTCONN;
-	pd_ag_poll(a);
+	pd_ag_poll(a, 1);
 	(void)pthread_mutex_lock(&a->lock);
 	rc = pd_reqtab_state(&a->reqs, id, len, status);
 	(void)pthread_mutex_unlock(&a->lock);
