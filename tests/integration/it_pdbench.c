@@ -328,6 +328,31 @@ static void test_aborts_under_pressure_threads(void **state)
 	run_aborts_pressure("threads");
 }
 
+/* The check catches a changed byte: --inject-corruption 3 changes one byte
+ * of one chunk of requests 0, 3, 6 and 9 (rank 0, after the pattern is
+ * written); each of those is corrupted, said on stderr, and fails the run;
+ * the others (and rank 1 of the same requests) verify. */
+static void test_injected_corruption_is_caught(void **state)
+{
+	const char *const extra[] = { "--requests", "12", "--concurrency", "3", "--chunks", "5",
+				      "--batch", "2", "--inject-corruption", "3", NULL };
+	struct bench b;
+
+	(void)state;
+	bench_run(&b, two_one, extra);
+	bench_expect_exit(&b, 1);
+	assert_non_null(b.json);
+	assert_true(num(&b, "inject_corruption") == 3);
+	assert_true(num(&b, "corrupted") == 4);
+	assert_true(num(&b, "corrupted_chunks") == 4);
+	assert_true(num(&b, "requests_ok") == 8);
+	assert_true(num(&b, "lost") == 0 && num(&b, "requests_failed") == 0);
+	assert_true(num(&b, "bytes") == 8.0 * 2 * 5 * SLOT);
+	if (!strstr(b.r.err, "first wrong byte at offset"))
+		fail_msg("no corrupted chunk named on stderr:\n%s", b.r.err);
+	bench_free(&b);
+}
+
 /* --help names both engines and says which one is the default. */
 static void test_help_names_engines(void **state)
 {
@@ -375,6 +400,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_flag_is_usage_error),
 		cmocka_unit_test(test_help_names_engines),
+		cmocka_unit_test(test_injected_corruption_is_caught),
 		cmocka_unit_test(test_aborts_lose_nothing_step),
 		cmocka_unit_test(test_aborts_lose_nothing_threads),
 		cmocka_unit_test(test_all_ok_every_byte),

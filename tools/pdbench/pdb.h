@@ -56,6 +56,8 @@ struct pd_bench_opts {
 	int early_wait;              /* decode ranks wait from the start, in slices */
 	uint32_t engine;             /* PD_BENCH_ENGINE_* */
 	uint32_t decode_hold_ms;     /* a decode rank holds a verified request this long */
+	uint32_t inject_every;       /* --inject-corruption N: one byte changed in every Nth
+				      * request (0: none) */
 	char proxy[PD_BENCH_EP_MAX + 1];
 	char phost[64], dhost[64];   /* --local: the brokers' control and data address */
 	uint64_t seed;
@@ -216,6 +218,10 @@ uint32_t pd_bench_diff(const void *src, uint32_t len, uint64_t seed);
 /* Length of chunk `chunk` of (req, rank) with k chunks. */
 uint32_t pd_bench_chunk_len(const struct pd_bench_opts *o, uint32_t req, uint32_t rank,
 			    uint32_t chunk, uint32_t k);
+/* --inject-corruption: change one byte of chunk `chunk` of (req, rank) as
+ * filled (len bytes at p) if it is the one chosen. 1 changed, 0 not. */
+int pd_bench_inject(const struct pd_bench_opts *o, void *p, uint32_t len, uint32_t req,
+		    uint32_t rank, uint32_t chunk, uint32_t k);
 void pd_bench_req_id(char *buf, size_t len, const char *run_id, uint32_t req);
 /* The request index in a request id of this run, or -EINVAL. */
 int64_t pd_bench_req_index(const char *req_id, const char *run_id);

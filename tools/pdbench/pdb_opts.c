@@ -98,6 +98,10 @@ static void usage(FILE *f)
 "\n"
 "Output:\n"
 "  --json FILE           write the results as a JSON object\n"
+"  --inject-corruption N change one byte of one chunk of every Nth request (rank 0,\n"
+"                        after the pattern is written, before pd_put): shows that the\n"
+"                        decode side's check catches it (each such request counts as\n"
+"                        corrupted, so the run fails; 0, the default: none)\n"
 "  --quiet               no progress line, no warnings\n"
 "  --help                this text\n"
 "\n"
@@ -226,7 +230,7 @@ enum {
 	O_LOCAL = 256, O_PREFILL, O_DECODE, O_TP, O_TRANSPORT, O_RECV, O_SEND, O_SLOT,
 	O_REQUESTS, O_CONC, O_CHUNKS, O_CMIN, O_CMAX, O_BATCH, O_ABORT, O_PARTIAL, O_PROXY,
 	O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_BIN, O_KEEP, O_PNAME, O_DNAME, O_DCTRL,
-	O_RUNDIR, O_WAIT, O_PHOST, O_DHOST, O_ENGINE, O_HOLD, O_HELP, O_END
+	O_RUNDIR, O_WAIT, O_PHOST, O_DHOST, O_ENGINE, O_HOLD, O_INJECT, O_HELP, O_END
 };
 
 static const struct option longopts[] = {
@@ -262,6 +266,7 @@ static const struct option longopts[] = {
 	{ "decode-host", required_argument, NULL, O_DHOST },
 	{ "engine", required_argument, NULL, O_ENGINE },
 	{ "decode-hold", required_argument, NULL, O_HOLD },
+	{ "inject-corruption", required_argument, NULL, O_INJECT },
 	{ "help", no_argument, NULL, O_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -369,6 +374,8 @@ static int one(struct pd_bench_opts *o, int c, const char *a)
 		return 0;
 	case O_HOLD:
 		return get_u32("--decode-hold", a, 0, PD_BENCH_MAX_HOLD_MS, &o->decode_hold_ms);
+	case O_INJECT:
+		return get_u32("--inject-corruption", a, 0, PD_BENCH_MAX_REQS, &o->inject_every);
 	default: return 2;
 	}
 }

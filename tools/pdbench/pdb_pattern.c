@@ -117,6 +117,21 @@ uint32_t pd_bench_chunk_len(const struct pd_bench_opts *o, uint32_t req, uint32_
 	return (uint32_t)(1 + h % o->slot_size); /* 1..slot_size */
 }
 
+/* Request req % N == 0 of --inject-corruption N: rank 0, one of its chunks
+ * (a different one from request to request), one byte at an offset drawn
+ * from the seed. */
+int pd_bench_inject(const struct pd_bench_opts *o, void *p, uint32_t len, uint32_t req,
+		    uint32_t rank, uint32_t chunk, uint32_t k)
+{
+	uint32_t n = o->inject_every;
+	unsigned char *b = p;
+
+	if (!n || req % n || rank || chunk != (req / n) % k || !len)
+		return 0;
+	b[pd_bench_mix(pd_bench_chunk_seed(o->seed, req, rank, chunk) ^ 0xc0) % len] ^= 0x20;
+	return 1;
+}
+
 void pd_bench_req_id(char *buf, size_t len, const char *run_id, uint32_t req)
 {
 	(void)snprintf(buf, len, "pdb-%s-%" PRIu32, run_id, req);

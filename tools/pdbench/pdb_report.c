@@ -204,7 +204,8 @@ static json_t *json_doc(const struct pd_bench_opts *o, const struct pd_bench_res
 	json_t *doc = json_results(r);
 
 	if (json_object_update_new(doc, json_verdict(r)) < 0 ||
-	    json_object_update_new(doc, json_options(o)) < 0) {
+	    json_object_update_new(doc, json_options(o)) < 0 ||
+	    json_object_set_new(doc, "inject_corruption", json_integer(o->inject_every)) < 0) {
 		json_decref(doc);
 		return NULL;
 	}

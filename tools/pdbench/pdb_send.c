@@ -88,8 +88,10 @@ void pd_bench_stage_fill(struct pd_bench_stage *st, const struct pd_bench_wk *w,
 		uint32_t len = pd_bench_chunk_len(env->o, r->req, w->rank, c, r->chunks);
 		void *d = pd_slot_data(w->a, st->refs[i]);
 
-		if (d)
+		if (d) {
 			pd_bench_fill(d, len, pd_bench_chunk_seed(env->o->seed, r->req, w->rank, c));
+			(void)pd_bench_inject(env->o, d, len, r->req, w->rank, c, r->chunks);
+		}
 		st->ch[i] = (struct pd_chunk){ .slot = st->refs[i], .len = len, .key = st->keys[i] };
 		st->ch[i].klen = pd_bench_key(st->keys[i], PD_BENCH_KEY_LEN, env->run_id, r->req,
 					      w->rank, c);
