@@ -213,6 +213,26 @@ static void test_all_ok_every_byte(void **state)
 	bench_free(&b);
 }
 
+/* --warmup 6: 6 requests first, verified and counted as requests, then
+ * the 10 measured ones: only theirs are the bytes and latency samples. */
+static void test_warmup_not_in_figures(void **state)
+{
+	const char *const extra[] = { "--requests", "10", "--warmup", "6", "--concurrency", "4",
+				      "--chunks", "4", "--batch", "2", NULL };
+	struct bench b;
+
+	(void)state;
+	bench_run(&b, two_one, extra);
+	bench_expect_exit(&b, 0);
+	expect_clean(&b);
+	assert_true(num(&b, "warmup") == 6);
+	assert_true(num(&b, "requests") == 16 && num(&b, "requests_ok") == 16);
+	assert_true(num(&b, "bytes") == 10.0 * 2 * 4 * SLOT);
+	assert_true(num(&b, "sender_admit_samples") == 10);
+	assert_true(num(&b, "moved_tcp_bytes") >= 16.0 * 2 * 4 * SLOT);
+	bench_free(&b);
+}
+
 /*
  * The issue's configuration completes. Admission really was the
  * bottleneck: only 2 of the 6 requests in flight fit the receive pool, so
@@ -404,6 +424,7 @@ int main(void)
 		cmocka_unit_test(test_aborts_lose_nothing_step),
 		cmocka_unit_test(test_aborts_lose_nothing_threads),
 		cmocka_unit_test(test_all_ok_every_byte),
+		cmocka_unit_test(test_warmup_not_in_figures),
 		cmocka_unit_test(test_issue_step_tcp),
 		cmocka_unit_test(test_issue_step_shm),
 		cmocka_unit_test(test_issue_threads_tcp),

@@ -48,7 +48,8 @@ struct pd_bench_opts {
 	uint32_t recv_slots, send_slots;
 	uint64_t slot_size;          /* chunk size (and, with --local, the slot size) */
 	int slot_size_set;
-	uint32_t requests, concurrency;
+	uint32_t requests, concurrency; /* requests: every request run, warm-up included */
+	uint32_t warmup;             /* the first `warmup` requests: not in the figures */
 	uint32_t chunks_min, chunks_max;
 	uint32_t batch;
 	double abort_rate;

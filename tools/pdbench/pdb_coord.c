@@ -229,11 +229,13 @@ static void finish(struct coord *c, uint32_t i)
 
 	q->state = 2;
 	explain(c, i, what);
-	if (q->admit_ns)
+	if (q->admit_ns && i >= c->o->warmup)
 		r->sadmit_ns[r->nsadmit++] = q->admit_ns;
 	switch (what) {
 	case PD_BENCH_OK:
 		r->ok++;
+		if (i < c->o->warmup)
+			break; /* verified, not timed */
 		r->bytes += q->bytes;
 		if (q->t_first && q->t_end > q->t_first)
 			r->lat_ns[r->nlat++] = q->t_end - q->t_first;
@@ -251,6 +253,8 @@ static void finish(struct coord *c, uint32_t i)
 		}
 	}
 	c->done++;
+	if (c->done == c->o->warmup)
+		c->t0 = pd_now_ns(); /* the warm-up is over: the clock starts */
 }
 
 static void maybe_finish(struct coord *c, uint32_t i)
@@ -423,8 +427,9 @@ static int loop(struct coord *c, const volatile sig_atomic_t *stop)
 			c->r->interrupted = 1;
 			break;
 		}
-		while (c->nrunning < c->o->concurrency && c->next < c->o->requests && !c->err)
-			dispatch(c, c->next++);
+		while (c->nrunning < c->o->concurrency && c->next < c->o->requests && !c->err &&
+		       (c->next < c->o->warmup || c->done >= c->o->warmup))
+			dispatch(c, c->next++); /* the measured requests after the whole warm-up */
 		rc = turn(c, pfd);
 		if (rc == 0 && pd_now_ns() >= next_tick) {
 			next_tick = pd_now_ns() + TICK_MS * PD_NS_PER_MS;

@@ -102,7 +102,7 @@ static void print_admission(const struct pd_bench_result *r)
 
 void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result *r)
 {
-	char slot[32];
+	char slot[32], warm[64] = "";
 
 	size_str(slot, sizeof(slot), o->slot_size);
 	printf("pdbench: %" PRIu32 " prefill x %" PRIu32 " decode brokers, tp %" PRIu32
@@ -110,9 +110,12 @@ void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result
 	       o->nprefill, o->ndecode, o->tp, o->local ? o->transport : "(attached)", slot,
 	       o->recv_slots, o->send_slots);
 	print_engine(o, r);
-	printf("  load        %" PRIu32 " requests, concurrency %" PRIu32 ", chunks %" PRIu32
+	if (o->warmup)
+		(void)snprintf(warm, sizeof(warm), " (the first %" PRIu32 " a warm-up, not timed)",
+			       o->warmup);
+	printf("  load        %" PRIu32 " requests%s, concurrency %" PRIu32 ", chunks %" PRIu32
 	       "..%" PRIu32 " per rank, batch %" PRIu32 ", abort-rate %.2f, decode-hold %" PRIu32
-	       " ms, seed %" PRIu64 "\n", o->requests, o->concurrency, o->chunks_min,
+	       " ms, seed %" PRIu64 "\n", o->requests, warm, o->concurrency, o->chunks_min,
 	       o->chunks_max, o->batch, o->abort_rate, o->decode_hold_ms, o->seed);
 	printf("  requests    %" PRIu32 " ok, %" PRIu32 " failed, %" PRIu32 " cancelled%s\n",
 	       r->ok, r->failed, r->cancelled, r->interrupted ? " (interrupted)" : "");
@@ -205,7 +208,8 @@ static json_t *json_doc(const struct pd_bench_opts *o, const struct pd_bench_res
 
 	if (json_object_update_new(doc, json_verdict(r)) < 0 ||
 	    json_object_update_new(doc, json_options(o)) < 0 ||
-	    json_object_set_new(doc, "inject_corruption", json_integer(o->inject_every)) < 0) {
+	    json_object_set_new(doc, "inject_corruption", json_integer(o->inject_every)) < 0 ||
+	    json_object_set_new(doc, "warmup", json_integer(o->warmup)) < 0) {
 		json_decref(doc);
 		return NULL;
 	}
