@@ -210,6 +210,12 @@ static void test_all_ok_every_byte(void **state)
 	assert_true(num(&b, "bytes") == 40.0 * 2 /* tp */ * 8 * SLOT);
 	assert_true(num(&b, "lat_p99_ms") >= num(&b, "lat_p50_ms"));
 	assert_true(num(&b, "lat_p50_ms") > 0);
+	assert_true(num(&b, "xfer_samples") == 40); /* first pd_put -> PUT_DONE, each request */
+	assert_true(num(&b, "xfer_p50_us") > 0 && num(&b, "xfer_avg_us") > 0);
+	assert_true(num(&b, "xfer_p999_us") >= num(&b, "xfer_p99_us"));
+	assert_true(num(&b, "xfer_p99_us") >= num(&b, "xfer_p50_us"));
+	/* the transfer is part of the request: declare -> verified */
+	assert_true(num(&b, "xfer_p50_us") <= 1000.0 * num(&b, "lat_p99_ms"));
 	bench_free(&b);
 }
 

@@ -18,6 +18,7 @@
  */
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -176,6 +177,7 @@ struct pd_bench_msg {
 				      * sleeps since its previous PRESULT */
 	uint32_t fd_wakes;           /* of those sleeps, the ones pd_agent_fd() ended */
 	uint32_t _pad;
+	uint64_t xfer_ns;            /* PRESULT: first pd_put -> PUT_DONE arrived; 0 none */
 };
 
 int pd_bench_msg_send(int fd, const struct pd_bench_msg *m);
@@ -245,6 +247,9 @@ struct pd_bench_result {
 	double seconds;
 	uint64_t *lat_ns;            /* one sample per ok request */
 	uint32_t nlat;
+	uint64_t *xfer_ns;           /* per ok request: first pd_put -> PUT_DONE, its slowest
+				      * prefill rank, sorted at the end */
+	uint32_t nxfer;
 	uint64_t admit_p50_ns, admit_p99_ns;   /* decode brokers' histogram */
 	uint64_t *sadmit_ns;         /* per admitted request: pd_declare -> PD_EV_ADMITTED
 				      * (its slowest rank), sorted at the end */
@@ -269,7 +274,10 @@ int pd_bench_coord_run(const struct pd_bench_env *env, struct pd_bench_worker *w
 /* The progress line on stderr; final: end it. */
 void pd_bench_progress(const struct pd_bench_opts *o, const struct pd_bench_result *r,
 		       uint32_t done, double seconds, int final);
-void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result *r);
+/* Nearest-rank quantile q of n sorted samples (ns), and their mean, in us. */
+double pd_bench_quantile_us(const uint64_t *v, uint32_t n, double q);
+double pd_bench_mean_us(const uint64_t *v, uint32_t n);
+void pd_bench_report_print(FILE *f, const struct pd_bench_opts *o, struct pd_bench_result *r);
 int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *r,
 			 const char *path);
 /* 0 when the run passed, else 1. */

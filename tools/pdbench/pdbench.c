@@ -90,7 +90,7 @@ int main(int argc, char **argv)
 	rc = run(o, c, &r);
 	r.bad_exits += pd_bench_cluster_down(c, o->keep_logs);
 	if (r.requests) { /* the run started: what it did, even if it ended early */
-		pd_bench_report_print(o, &r);
+		pd_bench_report_print(stdout, o, &r);
 		if (o->json && pd_bench_report_json(o, &r, o->json) < 0 && rc == 0)
 			rc = -EIO;
 	}
@@ -100,6 +100,7 @@ int main(int argc, char **argv)
 		rc = rc < 0 ? 1 : pd_bench_report_exit(&r);
 	free(r.lat_ns);
 	free(r.sadmit_ns);
+	free(r.xfer_ns);
 	free(c);
 	free(o);
 	return rc;
