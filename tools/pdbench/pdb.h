@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include <pdkv/types.h>
 
 struct pd_stats;
@@ -35,6 +37,7 @@ struct pd_stats;
 #define PD_BENCH_PATH_MAX    256u
 #define PD_BENCH_SLICE_MS    250u   /* decode waits re-check their orders this often */
 #define PD_BENCH_MAX_HOLD_MS 60000u
+#define PD_BENCH_SWEEP_MAX   16u    /* values in one --sweep-* list */
 
 /* Prefill engines (--engine). */
 #define PD_BENCH_ENGINE_STEP    1u  /* one thread, scheduler steps (the default) */
@@ -69,6 +72,12 @@ struct pd_bench_opts {
 	const char *broker_bin;      /* NULL: beside this program */
 	int keep_logs;
 	const char *rundir;          /* attach mode: NULL = the brokers' default */
+	int requests_set, warmup_set, recv_set, send_set; /* given on the command line */
+	int sweep;                   /* --sweep: a run per (chunk, batch, concurrency) */
+	uint64_t sweep_chunk[PD_BENCH_SWEEP_MAX];
+	uint64_t sweep_batch[PD_BENCH_SWEEP_MAX], sweep_conc[PD_BENCH_SWEEP_MAX];
+	uint32_t nsweep_chunk, nsweep_batch, nsweep_conc;
+	uint64_t sweep_bytes;        /* a row's data, without --requests */
 	char pname[PD_BENCH_MAX_BROKERS][PD_BENCH_NAME_MAX + 1];
 	char dname[PD_BENCH_MAX_BROKERS][PD_BENCH_NAME_MAX + 1];
 	char dctrl[PD_BENCH_MAX_BROKERS][PD_BENCH_EP_MAX + 1];
@@ -282,5 +291,17 @@ int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *
 			 const char *path);
 /* 0 when the run passed, else 1. */
 int pd_bench_report_exit(const struct pd_bench_result *r);
+/* A JSON document into path ("-": stdout). 0 or -errno (printed). */
+int pd_bench_json_write(json_t *doc, const char *path);
+
+/* ---- one run, a sweep of runs (pdbench.c, pdb_sweep.c) ------------------------- */
+
+/* The brokers up (--local), the workers, the requests, the brokers down:
+ * r filled (pd_bench_result_free() it). 0 or -errno (printed). */
+int pd_bench_run(struct pd_bench_opts *o, struct pd_bench_result *r,
+		 const volatile sig_atomic_t *stop);
+void pd_bench_result_free(struct pd_bench_result *r);
+/* --sweep: a run per row; the table, the JSON. The exit status. */
+int pd_bench_sweep(const struct pd_bench_opts *o, const volatile sig_atomic_t *stop);
 
 #endif

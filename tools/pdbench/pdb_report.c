@@ -262,11 +262,10 @@ static int json_write(FILE *f, json_t *doc)
 	return 0;
 }
 
-int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *r,
-			 const char *path)
+int pd_bench_json_write(json_t *doc, const char *path)
 {
-	FILE *f = fopen(path, "w");
-	json_t *doc;
+	int out = !strcmp(path, "-");
+	FILE *f = out ? stdout : fopen(path, "w");
 	int rc;
 
 	if (!f) {
@@ -274,13 +273,21 @@ int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *
 		(void)fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
 		return rc;
 	}
-	doc = json_doc(o, r);
 	rc = json_write(f, doc);
-	json_decref(doc);
-	if (fclose(f) != 0 && rc == 0)
-		rc = -errno;
+	if (out ? fflush(f) != 0 : fclose(f) != 0)
+		rc = rc ? rc : -errno;
 	if (rc < 0)
 		(void)fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
+	return rc;
+}
+
+int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *r,
+			 const char *path)
+{
+	json_t *doc = json_doc(o, r);
+	int rc = pd_bench_json_write(doc, path);
+
+	json_decref(doc);
 	return rc;
 }
 
