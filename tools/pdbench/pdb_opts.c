@@ -17,6 +17,8 @@ static void usage(FILE *f)
 	(void)fprintf(f,
 "Usage: pdbench --local [options]\n"
 "       pdbench --prefill-name A[,B..] --decode-name C[,D..] --decode-ctrl EP[,..] [options]\n"
+"       pdbench --local --sweep [--sweep-chunks LIST] [--sweep-batch LIST] [--sweep-conc LIST]\n"
+"               [options]\n"
 "\n"
 "Load generator and verifier for pdkv. Drives --requests prefill->decode transfers,\n"
 "--concurrency at a time; every byte of every chunk is checked at the decode side.\n"
@@ -135,9 +137,12 @@ static void usage(FILE *f)
 "  --help                this text\n"
 "\n"
 "Latency is per ok request, from its first pd_declare to the end of the decode\n"
-"ranks' verification (so admission included). admit wait: the decode brokers'\n"
-"admission wait histogram; sender admission: pd_declare -> PD_EV_ADMITTED at the\n"
-"prefill ranks; deferred: pd_alloc calls answered -EAGAIN (not admitted yet).\n"
+"ranks' verification (so admission included); transfer, per ok request, from its\n"
+"first pd_put to its PUT_DONE at the prefill ranks (the slowest). admit wait: the\n"
+"decode brokers' admission wait histogram; sender admission: pd_declare ->\n"
+"PD_EV_ADMITTED at the prefill ranks; deferred: pd_alloc calls answered -EAGAIN\n"
+"(not admitted yet). Every byte of every chunk is compared with what its prefill\n"
+"rank wrote (a pattern from the seed, the request, the rank and the chunk).\n"
 "Outcomes: ok; cancelled; failed (a PUT_FAILED or decode failure not caused by a\n"
 "cancel); corrupted (a chunk's length or bytes differ, or a chunk is missing once\n"
 "READY); lost (no outcome within --timeout, or PUT_DONE everywhere without READY).\n"
@@ -146,7 +151,8 @@ static void usage(FILE *f)
 "requests, and requests still waiting there (polled for 3 s). Exit status: 0 when\n"
 "no request was lost, corrupted or failed, every request ended ok or cancelled,\n"
 "every process exited cleanly and (--local) no slot leaked and no admission was\n"
-"left; 1 otherwise; 2 usage error; 130/143 on SIGINT/SIGTERM.\n");
+"left (--sweep: in every row); 1 otherwise; 2 usage error; 130/143 on\n"
+"SIGINT/SIGTERM.\n");
 }
 
 static int bad(const char *flag, const char *what, const char *arg)
