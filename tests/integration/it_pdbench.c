@@ -50,25 +50,6 @@ static const char *const readme[] = { "--prefill", "1", "--decode", "1", "--tp",
 				      "128", "--recv-slots", "64", "--slot-size", "64K",
 				      "--requests", "60", NULL };
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *text = NULL;
-	long n;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-		text = calloc(1, (size_t)n + 1);
-		if (text && fread(text, 1, (size_t)n, f) != (size_t)n) {
-			free(text);
-			text = NULL;
-		}
-	}
-	(void)fclose(f);
-	return text;
-}
-
 static int add_args(const char **argv, int k, const char *const *more)
 {
 	for (; more && *more; more++) {
@@ -95,7 +76,7 @@ static void bench_run(struct bench *b, const char *const *base, const char *cons
 	k = add_args(argv, k, extra);
 	argv[k] = NULL;
 	assert_int_equal(pd_run(argv, BENCH_TIMEOUT_MS, &b->r), 0);
-	b->json = slurp(b->path);
+	b->json = pd_run_slurp(b->path);
 	(void)unlink(b->path);
 }
 
@@ -379,9 +360,13 @@ static void test_injected_corruption_is_caught(void **state)
 	bench_free(&b);
 }
 
-/* --help names both engines and says which one is the default. */
+/* --help names both engines and says which one is the default; it tells
+ * of the sweep, its lists, and what the transfer latency is. */
 static void test_help_names_engines(void **state)
 {
+	static const char *const want[] = { "--sweep ", "--sweep-chunks LIST", "--sweep-batch LIST",
+					    "--sweep-conc LIST", "--sweep-bytes SIZE", "--warmup W",
+					    "pd_put -> PUT_DONE", "--json FILE", "--inject-corruption N" };
 	const char *argv[] = { NULL, "--help", NULL };
 	struct pd_run_result r;
 	char bin[256];
@@ -394,6 +379,9 @@ static void test_help_names_engines(void **state)
 	assert_non_null(strstr(r.out, "--engine step|threads"));
 	assert_non_null(strstr(r.out, "step (default)"));
 	assert_non_null(strstr(r.out, "--decode-hold MS"));
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (!strstr(r.out, want[i]))
+			fail_msg("--help does not say '%s'", want[i]);
 	pd_run_free(&r);
 }
 

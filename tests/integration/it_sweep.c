@@ -5,7 +5,7 @@
  * (--json) a JSON document with one object per row whose figures are
  * there and consistent; --json - puts the JSON on stdout and the table on
  * stderr; a row with a corrupted chunk fails the sweep; flags the rows set
- * are usage errors beside --sweep.
+ * are usage errors beside --sweep (--help: it_pdbench).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -43,25 +43,6 @@ static void sweep_run(struct pd_run_result *r, const char *const *extra)
 		argv[k++] = *extra;
 	argv[k] = NULL;
 	assert_int_equal(pd_run(argv, SWEEP_TIMEOUT_MS, r), 0);
-}
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *text = NULL;
-	long n;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-		text = calloc(1, (size_t)n + 1);
-		if (text && fread(text, 1, (size_t)n, f) != (size_t)n) {
-			free(text);
-			text = NULL;
-		}
-	}
-	(void)fclose(f);
-	return text;
 }
 
 static double row_num(const char *json, uint32_t i, const char *key)
@@ -124,7 +105,7 @@ static void test_sweep_rows_table_and_json(void **state)
 	(void)state;
 	(void)snprintf(path, sizeof(path), "/tmp/it_sweep.%d.json", (int)getpid());
 	sweep_run(&r, extra);
-	json = slurp(path);
+	json = pd_run_slurp(path);
 	(void)unlink(path);
 	if (r.exit_code != 0)
 		fail_msg("pdbench --sweep exited %d\n--- stdout ---\n%s--- stderr ---\n%s",
@@ -234,32 +215,10 @@ static void test_sweep_usage_errors(void **state)
 	}
 }
 
-/* --help tells of the sweep, its lists and what its latency is. */
-static void test_help_tells_the_sweep(void **state)
-{
-	static const char *const want[] = { "--sweep ", "--sweep-chunks LIST", "--sweep-batch LIST",
-					    "--sweep-conc LIST", "--sweep-bytes SIZE", "--warmup W",
-					    "pd_put -> PUT_DONE", "--json FILE" };
-	const char *argv[] = { NULL, "--help", NULL };
-	struct pd_run_result r;
-	char bin[256];
-
-	(void)state;
-	assert_int_equal(pd_run_bin("pdbench", bin, sizeof(bin)), 0);
-	argv[0] = bin;
-	assert_int_equal(pd_run(argv, 10000, &r), 0);
-	assert_int_equal(r.exit_code, 0);
-	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-		if (!strstr(r.out, want[i]))
-			fail_msg("--help does not say '%s'", want[i]);
-	pd_run_free(&r);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sweep_usage_errors),
-		cmocka_unit_test(test_help_tells_the_sweep),
 		cmocka_unit_test(test_sweep_rows_table_and_json),
 		cmocka_unit_test(test_sweep_json_on_stdout),
 		cmocka_unit_test(test_sweep_corrupted_row_fails),
