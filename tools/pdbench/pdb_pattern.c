@@ -62,22 +62,28 @@ static void table_init(void)
 	}
 }
 
+/* Block b of the chunk seeded seed into p (BLOCK bytes). */
+static void block(unsigned char *p, uint64_t seed, uint32_t b)
+{
+	uint64_t w = pd_bench_mix(seed + (uint64_t)(b + 1) * GOLDEN);
+
+	memcpy(p, &w, 8);
+	memcpy(p + 8, table + (w & (TABLE - 8u)), TAIL);
+}
+
 /* Bytes [off, off + len) of the chunk seeded seed into d; off is a
  * multiple of BLOCK. */
 static void make(unsigned char *d, uint32_t off, uint32_t len, uint64_t seed)
 {
-	unsigned char blk[BLOCK];
 	uint32_t b = off / BLOCK, i = 0;
 
-	for (; i < len; i += BLOCK, b++) {
-		uint64_t w = pd_bench_mix(seed + (uint64_t)(b + 1) * GOLDEN);
-		const unsigned char *tail = table + (w & (TABLE - 8u));
-		unsigned char *p = len - i < BLOCK ? blk : d + i;
+	for (; len - i >= BLOCK; i += BLOCK, b++)
+		block(d + i, seed, b);
+	if (i < len) { /* a partial last block */
+		unsigned char blk[BLOCK];
 
-		memcpy(p, &w, 8);
-		memcpy(p + 8, tail, TAIL);
-		if (p == blk)
-			memcpy(d + i, blk, len - i); /* a partial last block */
+		block(blk, seed, b);
+		memcpy(d + i, blk, len - i);
 	}
 }
 

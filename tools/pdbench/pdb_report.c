@@ -102,19 +102,19 @@ static double sadmit_ms(const struct pd_bench_result *r, double q)
 static void print_engine(FILE *f, const struct pd_bench_opts *o, const struct pd_bench_result *r)
 {
 	if (o->engine == PD_BENCH_ENGINE_THREADS) {
-		fprintf(f, "  engine      threads: a thread per request in flight\n");
+		(void)fprintf(f, "  engine      threads: a thread per request in flight\n");
 		return;
 	}
-	fprintf(f, "  engine      step: one scheduler thread per prefill rank; %" PRIu64 " steps, %"
+	(void)fprintf(f, "  engine      step: one scheduler thread per prefill rank; %" PRIu64 " steps, %"
 	       PRIu64 " idle sleeps (%" PRIu64 " ended by pd_agent_fd)\n", r->steps, r->sleeps,
 	       r->fd_wakes);
 }
 
 static void print_admission(FILE *f, const struct pd_bench_result *r)
 {
-	fprintf(f, "  admit wait  p50 <= %.2f ms, p99 <= %.2f ms (decode brokers' histogram)\n",
+	(void)fprintf(f, "  admit wait  p50 <= %.2f ms, p99 <= %.2f ms (decode brokers' histogram)\n",
 	       (double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
-	fprintf(f, "  admission   p50 %.2f ms, p99 %.2f ms over %" PRIu32 " requests (pd_declare -> "
+	(void)fprintf(f, "  admission   p50 %.2f ms, p99 %.2f ms over %" PRIu32 " requests (pd_declare -> "
 	       "ADMITTED, slowest rank); %" PRIu64 " pd_alloc deferred (-EAGAIN: not admitted "
 	       "yet)\n", sadmit_ms(r, 0.50), sadmit_ms(r, 0.99), r->nsadmit, r->deferred);
 }
@@ -124,7 +124,7 @@ void pd_bench_report_print(FILE *f, const struct pd_bench_opts *o, struct pd_ben
 	char slot[32], warm[64] = "";
 
 	size_str(slot, sizeof(slot), o->slot_size);
-	fprintf(f, "pdbench: %" PRIu32 " prefill x %" PRIu32 " decode brokers, tp %" PRIu32
+	(void)fprintf(f, "pdbench: %" PRIu32 " prefill x %" PRIu32 " decode brokers, tp %" PRIu32
 	       ", %s, slot %s, recv-slots %" PRIu32 ", send-slots %" PRIu32 "\n",
 	       o->nprefill, o->ndecode, o->tp, o->local ? o->transport : "(attached)", slot,
 	       o->recv_slots, o->send_slots);
@@ -132,31 +132,31 @@ void pd_bench_report_print(FILE *f, const struct pd_bench_opts *o, struct pd_ben
 	if (o->warmup)
 		(void)snprintf(warm, sizeof(warm), " (the first %" PRIu32 " a warm-up, not timed)",
 			       o->warmup);
-	fprintf(f, "  load        %" PRIu32 " requests%s, concurrency %" PRIu32 ", chunks %" PRIu32
+	(void)fprintf(f, "  load        %" PRIu32 " requests%s, concurrency %" PRIu32 ", chunks %" PRIu32
 	       "..%" PRIu32 " per rank, batch %" PRIu32 ", abort-rate %.2f, decode-hold %" PRIu32
 	       " ms, seed %" PRIu64 "\n", o->requests, warm, o->concurrency, o->chunks_min,
 	       o->chunks_max, o->batch, o->abort_rate, o->decode_hold_ms, o->seed);
-	fprintf(f, "  requests    %" PRIu32 " ok, %" PRIu32 " failed, %" PRIu32 " cancelled%s\n",
+	(void)fprintf(f, "  requests    %" PRIu32 " ok, %" PRIu32 " failed, %" PRIu32 " cancelled%s\n",
 	       r->ok, r->failed, r->cancelled, r->interrupted ? " (interrupted)" : "");
-	fprintf(f, "  data        %.3f GB verified in %.2f s = %.2f GB/s\n", (double)r->bytes / 1e9,
+	(void)fprintf(f, "  data        %.3f GB verified in %.2f s = %.2f GB/s\n", (double)r->bytes / 1e9,
 	       r->seconds, gbps(r->bytes, r->seconds));
-	fprintf(f, "  latency     p50 %.2f ms, p99 %.2f ms (first pd_declare -> decode verified)\n",
+	(void)fprintf(f, "  latency     p50 %.2f ms, p99 %.2f ms (first pd_declare -> decode verified)\n",
 	       lat_ms(r, 0.50), lat_ms(r, 0.99));
-	fprintf(f, "  transfer    avg %.1f us, p50 %.1f us, p99 %.1f us, p999 %.1f us (first pd_put "
+	(void)fprintf(f, "  transfer    avg %.1f us, p50 %.1f us, p99 %.1f us, p999 %.1f us (first pd_put "
 		"-> PUT_DONE, slowest prefill rank)\n", pd_bench_mean_us(r->xfer_ns, r->nxfer),
 		xfer_us(r, 0.50), xfer_us(r, 0.99), xfer_us(r, 0.999));
 	print_admission(f, r);
 	if (r->leaks_checked) /* the brokers were read at the end */
-		fprintf(f, "  moved       tcp %.3f GB, shm %.3f GB, rdma %.3f GB (the prefill brokers' "
+		(void)fprintf(f, "  moved       tcp %.3f GB, shm %.3f GB, rdma %.3f GB (the prefill brokers' "
 		       "transports)\n", (double)r->moved.tcp / 1e9, (double)r->moved.shm / 1e9,
 		       (double)r->moved.rdma / 1e9);
 	if (r->bad_exits)
-		fprintf(f, "  processes   %" PRIu32 " agent processes or brokers did not exit cleanly\n",
+		(void)fprintf(f, "  processes   %" PRIu32 " agent processes or brokers did not exit cleanly\n",
 		       r->bad_exits);
 	if (r->reserved_left || r->waiting_left)
-		fprintf(f, "  admission   left at the end: %" PRIu64 " slots reserved, %" PRIu64
+		(void)fprintf(f, "  admission   left at the end: %" PRIu64 " slots reserved, %" PRIu64
 		       " requests waiting (leaked)\n", r->reserved_left, r->waiting_left);
-	fprintf(f, "%" PRIu32 " lost, %" PRIu32 " corrupted, %" PRIu64 " leaked slots%s\n", r->lost,
+	(void)fprintf(f, "%" PRIu32 " lost, %" PRIu32 " corrupted, %" PRIu64 " leaked slots%s\n", r->lost,
 	       r->corrupted, r->leaked_slots, !r->leaks_checked ? " (not checked)" :
 	       r->leaks_counted ? "" : " (brokers not ours: slots in use, not counted)");
 	(void)fflush(f);
