@@ -139,7 +139,7 @@ help:
 	@echo "make test-netfault  loss, rate limit, link down, data-port blackhole between brokers in network namespaces (root; skips visibly without)"
 	@echo "make bench      micro-benchmarks (shm core, receiver engine) beside their baselines"
 	@echo "make bench-python  the Python binding beside C: per-call cost, worker throughput (BENCH_ARGS=--runs 3)"
-	@echo "make compare-peers  pdbench beside iperf3 and UCX on this machine (COMPARE_ARGS=--quick)"
+	@echo "make compare-peers  pdbench beside iperf3 and UCX, 64K..4M chunks: a table and a chart in $(B)/compare-peers (COMPARE_ARGS=--quick)"
 	@echo "make fuzz       the libFuzzer targets ($(FUZZ_TARGETS)) one after another, FUZZ_SECONDS=$(FUZZ_SECONDS) each (clang, build/fuzz)"
 	@echo "make fuzz-NAME  one of them (e.g. make fuzz-wire FUZZ_SECONDS=300)"
 	@echo "make lint       cppcheck and clang-tidy over shm/ agent/ broker/ tools/ (known findings: tools/lint-suppress.txt)"
@@ -436,8 +436,11 @@ demo-llm: all
 	@echo "make demo-llm: examples/llm/demo.py $(DEMO_LLM_ARGS)"
 	@PYTHONPATH=$(abspath $(B))/python $(PYTHON) examples/llm/demo.py $(DEMO_LLM_ARGS)
 
-compare-peers: all
-	@tools/compare-peers.sh $(COMPARE_ARGS)
+# pdkv beside iperf3 and UCX, chunk size by chunk size, a table and a chart
+# into $(B)/compare-peers (tools/compare-peers.sh --help; it installs
+# iperf3, ucx-utils and gnuplot-nox as root, not tools/deps.sh).
+compare-peers: all $(B)/tests/bench/bench_e2e $(B)/tests/bench/bench_shmx
+	@B=$(abspath $(B)) tools/compare-peers.sh $(COMPARE_ARGS)
 
 # ---- RDMA transport on real verbs (SoftRoCE in a qemu guest) ---------------
 # tests/rdma/run.sh boots Debian's kernel with rdma_rxe (fetching what it

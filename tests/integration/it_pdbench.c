@@ -50,25 +50,6 @@ static const char *const readme[] = { "--prefill", "1", "--decode", "1", "--tp",
 				      "128", "--recv-slots", "64", "--slot-size", "64K",
 				      "--requests", "60", NULL };
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *text = NULL;
-	long n;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-		text = calloc(1, (size_t)n + 1);
-		if (text && fread(text, 1, (size_t)n, f) != (size_t)n) {
-			free(text);
-			text = NULL;
-		}
-	}
-	(void)fclose(f);
-	return text;
-}
-
 static int add_args(const char **argv, int k, const char *const *more)
 {
 	for (; more && *more; more++) {
@@ -95,7 +76,7 @@ static void bench_run(struct bench *b, const char *const *base, const char *cons
 	k = add_args(argv, k, extra);
 	argv[k] = NULL;
 	assert_int_equal(pd_run(argv, BENCH_TIMEOUT_MS, &b->r), 0);
-	b->json = slurp(b->path);
+	b->json = pd_run_slurp(b->path);
 	(void)unlink(b->path);
 }
 
@@ -210,6 +191,32 @@ static void test_all_ok_every_byte(void **state)
 	assert_true(num(&b, "bytes") == 40.0 * 2 /* tp */ * 8 * SLOT);
 	assert_true(num(&b, "lat_p99_ms") >= num(&b, "lat_p50_ms"));
 	assert_true(num(&b, "lat_p50_ms") > 0);
+	assert_true(num(&b, "xfer_samples") == 40); /* first pd_put -> PUT_DONE, each request */
+	assert_true(num(&b, "xfer_p50_us") > 0 && num(&b, "xfer_avg_us") > 0);
+	assert_true(num(&b, "xfer_p999_us") >= num(&b, "xfer_p99_us"));
+	assert_true(num(&b, "xfer_p99_us") >= num(&b, "xfer_p50_us"));
+	/* the transfer is part of the request: declare -> verified */
+	assert_true(num(&b, "xfer_p50_us") <= 1000.0 * num(&b, "lat_p99_ms"));
+	bench_free(&b);
+}
+
+/* --warmup 6: 6 requests first, verified and counted as requests, then
+ * the 10 measured ones: only theirs are the bytes and latency samples. */
+static void test_warmup_not_in_figures(void **state)
+{
+	const char *const extra[] = { "--requests", "10", "--warmup", "6", "--concurrency", "4",
+				      "--chunks", "4", "--batch", "2", NULL };
+	struct bench b;
+
+	(void)state;
+	bench_run(&b, two_one, extra);
+	bench_expect_exit(&b, 0);
+	expect_clean(&b);
+	assert_true(num(&b, "warmup") == 6);
+	assert_true(num(&b, "requests") == 16 && num(&b, "requests_ok") == 16);
+	assert_true(num(&b, "bytes") == 10.0 * 2 * 4 * SLOT);
+	assert_true(num(&b, "sender_admit_samples") == 10);
+	assert_true(num(&b, "moved_tcp_bytes") >= 16.0 * 2 * 4 * SLOT);
 	bench_free(&b);
 }
 
@@ -328,9 +335,38 @@ static void test_aborts_under_pressure_threads(void **state)
 	run_aborts_pressure("threads");
 }
 
-/* --help names both engines and says which one is the default. */
+/* The check catches a changed byte: --inject-corruption 3 changes one byte
+ * of one chunk of requests 0, 3, 6 and 9 (rank 0, after the pattern is
+ * written); each of those is corrupted, said on stderr, and fails the run;
+ * the others (and rank 1 of the same requests) verify. */
+static void test_injected_corruption_is_caught(void **state)
+{
+	const char *const extra[] = { "--requests", "12", "--concurrency", "3", "--chunks", "5",
+				      "--batch", "2", "--inject-corruption", "3", NULL };
+	struct bench b;
+
+	(void)state;
+	bench_run(&b, two_one, extra);
+	bench_expect_exit(&b, 1);
+	assert_non_null(b.json);
+	assert_true(num(&b, "inject_corruption") == 3);
+	assert_true(num(&b, "corrupted") == 4);
+	assert_true(num(&b, "corrupted_chunks") == 4);
+	assert_true(num(&b, "requests_ok") == 8);
+	assert_true(num(&b, "lost") == 0 && num(&b, "requests_failed") == 0);
+	assert_true(num(&b, "bytes") == 8.0 * 2 * 5 * SLOT);
+	if (!strstr(b.r.err, "first wrong byte at offset"))
+		fail_msg("no corrupted chunk named on stderr:\n%s", b.r.err);
+	bench_free(&b);
+}
+
+/* --help names both engines and says which one is the default; it tells
+ * of the sweep, its lists, and what the transfer latency is. */
 static void test_help_names_engines(void **state)
 {
+	static const char *const want[] = { "--sweep ", "--sweep-chunks LIST", "--sweep-batch LIST",
+					    "--sweep-conc LIST", "--sweep-bytes SIZE", "--warmup W",
+					    "pd_put -> PUT_DONE", "--json FILE", "--inject-corruption N" };
 	const char *argv[] = { NULL, "--help", NULL };
 	struct pd_run_result r;
 	char bin[256];
@@ -343,6 +379,9 @@ static void test_help_names_engines(void **state)
 	assert_non_null(strstr(r.out, "--engine step|threads"));
 	assert_non_null(strstr(r.out, "step (default)"));
 	assert_non_null(strstr(r.out, "--decode-hold MS"));
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (!strstr(r.out, want[i]))
+			fail_msg("--help does not say '%s'", want[i]);
 	pd_run_free(&r);
 }
 
@@ -375,9 +414,11 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_flag_is_usage_error),
 		cmocka_unit_test(test_help_names_engines),
+		cmocka_unit_test(test_injected_corruption_is_caught),
 		cmocka_unit_test(test_aborts_lose_nothing_step),
 		cmocka_unit_test(test_aborts_lose_nothing_threads),
 		cmocka_unit_test(test_all_ok_every_byte),
+		cmocka_unit_test(test_warmup_not_in_figures),
 		cmocka_unit_test(test_issue_step_tcp),
 		cmocka_unit_test(test_issue_step_shm),
 		cmocka_unit_test(test_issue_threads_tcp),

@@ -305,3 +305,22 @@ void pd_run_free(struct pd_run_result *r)
 	r->out = r->err = NULL;
 	r->out_len = r->err_len = 0;
 }
+
+char *pd_run_slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *text = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+		text = calloc(1, (size_t)n + 1);
+		if (text && fread(text, 1, (size_t)n, f) != (size_t)n) {
+			free(text);
+			text = NULL;
+		}
+	}
+	(void)fclose(f);
+	return text;
+}

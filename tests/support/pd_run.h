@@ -28,4 +28,8 @@ int pd_run(const char *const *argv, uint32_t timeout_ms, struct pd_run_result *r
 /* Free what pd_run() allocated. NULL-safe. */
 void pd_run_free(struct pd_run_result *r);
 
+/* A file's whole text, NUL-terminated (malloc'ed; free it), e.g. what a
+ * program wrote with --json FILE; NULL if it cannot be read. */
+char *pd_run_slurp(const char *path);
+
 #endif

@@ -18,8 +18,11 @@
  */
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include <jansson.h>
 
 #include <pdkv/types.h>
 
@@ -34,6 +37,7 @@ struct pd_stats;
 #define PD_BENCH_PATH_MAX    256u
 #define PD_BENCH_SLICE_MS    250u   /* decode waits re-check their orders this often */
 #define PD_BENCH_MAX_HOLD_MS 60000u
+#define PD_BENCH_SWEEP_MAX   16u    /* values in one --sweep-* list */
 
 /* Prefill engines (--engine). */
 #define PD_BENCH_ENGINE_STEP    1u  /* one thread, scheduler steps (the default) */
@@ -48,7 +52,8 @@ struct pd_bench_opts {
 	uint32_t recv_slots, send_slots;
 	uint64_t slot_size;          /* chunk size (and, with --local, the slot size) */
 	int slot_size_set;
-	uint32_t requests, concurrency;
+	uint32_t requests, concurrency; /* requests: every request run, warm-up included */
+	uint32_t warmup;             /* the first `warmup` requests: not in the figures */
 	uint32_t chunks_min, chunks_max;
 	uint32_t batch;
 	double abort_rate;
@@ -56,6 +61,8 @@ struct pd_bench_opts {
 	int early_wait;              /* decode ranks wait from the start, in slices */
 	uint32_t engine;             /* PD_BENCH_ENGINE_* */
 	uint32_t decode_hold_ms;     /* a decode rank holds a verified request this long */
+	uint32_t inject_every;       /* --inject-corruption N: one byte changed in every Nth
+				      * request (0: none) */
 	char proxy[PD_BENCH_EP_MAX + 1];
 	char phost[64], dhost[64];   /* --local: the brokers' control and data address */
 	uint64_t seed;
@@ -65,6 +72,12 @@ struct pd_bench_opts {
 	const char *broker_bin;      /* NULL: beside this program */
 	int keep_logs;
 	const char *rundir;          /* attach mode: NULL = the brokers' default */
+	int requests_set, warmup_set, recv_set, send_set; /* given on the command line */
+	int sweep;                   /* --sweep: a run per (chunk, batch, concurrency) */
+	uint64_t sweep_chunk[PD_BENCH_SWEEP_MAX];
+	uint64_t sweep_batch[PD_BENCH_SWEEP_MAX], sweep_conc[PD_BENCH_SWEEP_MAX];
+	uint32_t nsweep_chunk, nsweep_batch, nsweep_conc;
+	uint64_t sweep_bytes;        /* a row's data, without --requests */
 	char pname[PD_BENCH_MAX_BROKERS][PD_BENCH_NAME_MAX + 1];
 	char dname[PD_BENCH_MAX_BROKERS][PD_BENCH_NAME_MAX + 1];
 	char dctrl[PD_BENCH_MAX_BROKERS][PD_BENCH_EP_MAX + 1];
@@ -173,6 +186,7 @@ struct pd_bench_msg {
 				      * sleeps since its previous PRESULT */
 	uint32_t fd_wakes;           /* of those sleeps, the ones pd_agent_fd() ended */
 	uint32_t _pad;
+	uint64_t xfer_ns;            /* PRESULT: first pd_put -> PUT_DONE arrived; 0 none */
 };
 
 int pd_bench_msg_send(int fd, const struct pd_bench_msg *m);
@@ -216,6 +230,10 @@ uint32_t pd_bench_diff(const void *src, uint32_t len, uint64_t seed);
 /* Length of chunk `chunk` of (req, rank) with k chunks. */
 uint32_t pd_bench_chunk_len(const struct pd_bench_opts *o, uint32_t req, uint32_t rank,
 			    uint32_t chunk, uint32_t k);
+/* --inject-corruption: change one byte of chunk `chunk` of (req, rank) as
+ * filled (len bytes at p) if it is the one chosen. 1 changed, 0 not. */
+int pd_bench_inject(const struct pd_bench_opts *o, void *p, uint32_t len, uint32_t req,
+		    uint32_t rank, uint32_t chunk, uint32_t k);
 void pd_bench_req_id(char *buf, size_t len, const char *run_id, uint32_t req);
 /* The request index in a request id of this run, or -EINVAL. */
 int64_t pd_bench_req_index(const char *req_id, const char *run_id);
@@ -238,6 +256,9 @@ struct pd_bench_result {
 	double seconds;
 	uint64_t *lat_ns;            /* one sample per ok request */
 	uint32_t nlat;
+	uint64_t *xfer_ns;           /* per ok request: first pd_put -> PUT_DONE, its slowest
+				      * prefill rank, sorted at the end */
+	uint32_t nxfer;
 	uint64_t admit_p50_ns, admit_p99_ns;   /* decode brokers' histogram */
 	uint64_t *sadmit_ns;         /* per admitted request: pd_declare -> PD_EV_ADMITTED
 				      * (its slowest rank), sorted at the end */
@@ -262,10 +283,25 @@ int pd_bench_coord_run(const struct pd_bench_env *env, struct pd_bench_worker *w
 /* The progress line on stderr; final: end it. */
 void pd_bench_progress(const struct pd_bench_opts *o, const struct pd_bench_result *r,
 		       uint32_t done, double seconds, int final);
-void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result *r);
+/* Nearest-rank quantile q of n sorted samples (ns), and their mean, in us. */
+double pd_bench_quantile_us(const uint64_t *v, uint32_t n, double q);
+double pd_bench_mean_us(const uint64_t *v, uint32_t n);
+void pd_bench_report_print(FILE *f, const struct pd_bench_opts *o, struct pd_bench_result *r);
 int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *r,
 			 const char *path);
 /* 0 when the run passed, else 1. */
 int pd_bench_report_exit(const struct pd_bench_result *r);
+/* A JSON document into path ("-": stdout). 0 or -errno (printed). */
+int pd_bench_json_write(json_t *doc, const char *path);
+
+/* ---- one run, a sweep of runs (pdbench.c, pdb_sweep.c) ------------------------- */
+
+/* The brokers up (--local), the workers, the requests, the brokers down:
+ * r filled (pd_bench_result_free() it). 0 or -errno (printed). */
+int pd_bench_run(struct pd_bench_opts *o, struct pd_bench_result *r,
+		 const volatile sig_atomic_t *stop);
+void pd_bench_result_free(struct pd_bench_result *r);
+/* --sweep: a run per row; the table, the JSON. The exit status. */
+int pd_bench_sweep(const struct pd_bench_opts *o, const volatile sig_atomic_t *stop);
 
 #endif

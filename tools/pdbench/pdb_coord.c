@@ -40,6 +40,7 @@ struct creq {
 	int32_t first_err;           /* the first failure status a rank reported */
 	uint64_t bytes, t_first, t_end, deadline;
 	uint64_t admit_ns;           /* its slowest rank's pd_declare -> ADMITTED, 0 none */
+	uint64_t xfer_ns;            /* its slowest rank's first pd_put -> PUT_DONE, 0 none */
 };
 
 struct coord {
@@ -229,14 +230,18 @@ static void finish(struct coord *c, uint32_t i)
 
 	q->state = 2;
 	explain(c, i, what);
-	if (q->admit_ns)
+	if (q->admit_ns && i >= c->o->warmup)
 		r->sadmit_ns[r->nsadmit++] = q->admit_ns;
 	switch (what) {
 	case PD_BENCH_OK:
 		r->ok++;
+		if (i < c->o->warmup)
+			break; /* verified, not timed */
 		r->bytes += q->bytes;
 		if (q->t_first && q->t_end > q->t_first)
 			r->lat_ns[r->nlat++] = q->t_end - q->t_first;
+		if (q->xfer_ns)
+			r->xfer_ns[r->nxfer++] = q->xfer_ns;
 		break;
 	case PD_BENCH_CANCELLED: r->cancelled++; break;
 	case PD_BENCH_CORRUPTED: r->corrupted++; break;
@@ -251,6 +256,8 @@ static void finish(struct coord *c, uint32_t i)
 		}
 	}
 	c->done++;
+	if (c->done == c->o->warmup)
+		c->t0 = pd_now_ns(); /* the warm-up is over: the clock starts */
 }
 
 static void maybe_finish(struct coord *c, uint32_t i)
@@ -273,6 +280,8 @@ static void on_presult(struct coord *c, uint32_t i, uint32_t rank, const struct 
 		q->t_first = m->t_ns;
 	if (m->admit_ns > q->admit_ns)
 		q->admit_ns = m->admit_ns;
+	if (m->xfer_ns > q->xfer_ns)
+		q->xfer_ns = m->xfer_ns;
 	c->r->deferred += m->deferred;
 	c->r->steps += m->steps;
 	c->r->sleeps += m->sleeps;
@@ -423,8 +432,9 @@ static int loop(struct coord *c, const volatile sig_atomic_t *stop)
 			c->r->interrupted = 1;
 			break;
 		}
-		while (c->nrunning < c->o->concurrency && c->next < c->o->requests && !c->err)
-			dispatch(c, c->next++);
+		while (c->nrunning < c->o->concurrency && c->next < c->o->requests && !c->err &&
+		       (c->next < c->o->warmup || c->done >= c->o->warmup))
+			dispatch(c, c->next++); /* the measured requests after the whole warm-up */
 		rc = turn(c, pfd);
 		if (rc == 0 && pd_now_ns() >= next_tick) {
 			next_tick = pd_now_ns() + TICK_MS * PD_NS_PER_MS;
@@ -458,8 +468,9 @@ int pd_bench_coord_run(const struct pd_bench_env *env, struct pd_bench_worker *w
 	c.running = calloc(env->o->concurrency, sizeof(*c.running));
 	r->lat_ns = calloc(env->o->requests, sizeof(*r->lat_ns));
 	r->sadmit_ns = calloc(env->o->requests, sizeof(*r->sadmit_ns));
+	r->xfer_ns = calloc(env->o->requests, sizeof(*r->xfer_ns));
 	r->requests = env->o->requests;
-	if (!c.q || !c.running || !r->lat_ns || !r->sadmit_ns) {
+	if (!c.q || !c.running || !r->lat_ns || !r->sadmit_ns || !r->xfer_ns) {
 		free(c.q);
 		free(c.running);
 		return -ENOMEM;
@@ -472,6 +483,8 @@ int pd_bench_coord_run(const struct pd_bench_env *env, struct pd_bench_worker *w
 		qsort(r->lat_ns, r->nlat, sizeof(*r->lat_ns), cmp_u64);
 	if (r->nsadmit)
 		qsort(r->sadmit_ns, r->nsadmit, sizeof(*r->sadmit_ns), cmp_u64);
+	if (r->nxfer)
+		qsort(r->xfer_ns, r->nxfer, sizeof(*r->xfer_ns), cmp_u64);
 	free(c.q);
 	free(c.running);
 	return rc;

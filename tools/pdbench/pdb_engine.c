@@ -235,7 +235,8 @@ static void stage(struct eng *e, struct ereq *r)
 		fail(e, r, rc);
 		return;
 	}
-	r->next++;
+	if (!r->next++)
+		r->out.t_put = pd_now_ns();
 	if (!abort_after_put(e, r, b) && r->next == r->r.nb)
 		to_wait(r);
 }
@@ -381,6 +382,7 @@ static void on_event(struct eng *e, const struct pd_event *ev)
 		r->out.t_admit = pd_now_ns(); /* not the end: it may stage from now on */
 	} else {
 		r->out.has_event = 1;
+		r->out.t_event = pd_now_ns();
 		r->out.ev_type = ev->type;
 		r->out.ev_status = ev->status;
 	}

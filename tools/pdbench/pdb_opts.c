@@ -17,6 +17,8 @@ static void usage(FILE *f)
 	(void)fprintf(f,
 "Usage: pdbench --local [options]\n"
 "       pdbench --prefill-name A[,B..] --decode-name C[,D..] --decode-ctrl EP[,..] [options]\n"
+"       pdbench --local --sweep [--sweep-chunks LIST] [--sweep-batch LIST] [--sweep-conc LIST]\n"
+"               [options]\n"
 "\n"
 "Load generator and verifier for pdkv. Drives --requests prefill->decode transfers,\n"
 "--concurrency at a time; every byte of every chunk is checked at the decode side.\n"
@@ -48,6 +50,11 @@ static void usage(FILE *f)
 "Load:\n"
 "  --tp N                agent processes (TP ranks) per broker, 1..64 (default 1)\n"
 "  --requests R          requests to run, 1..1000000 (default 200)\n"
+"  --warmup W            W more requests first (default 0), as the others but not in\n"
+"                        the figures: the clock starts once they have all ended, so\n"
+"                        the first touch of every slot's pages (slow, in a VM above\n"
+"                        all) is not timed. They are verified and count in the\n"
+"                        outcome (ok, corrupted...) all the same\n"
 "  --concurrency C       requests in flight, 1..256 (default 8)\n"
 "  --chunks K            chunks per rank per request, 1..65536 (default 16)\n"
 "  --chunks-min A --chunks-max B\n"
@@ -96,15 +103,46 @@ static void usage(FILE *f)
 "                        so --send-slots needs room for one batch per rank, not for\n"
 "                        every request in flight.\n"
 "\n"
+"Sweep (the columns of Mooncake's transfer engine bench and nixlbench):\n"
+"  --sweep               a run per row of chunk size x batch x concurrency, brokers\n"
+"                        started anew for each with --local; prints a row per run:\n"
+"                        block size (the chunk, B), batch size (chunks per pd_put),\n"
+"                        concurrency (requests in flight), GB/s (bytes verified at the\n"
+"                        decode side / time after the warm-up), and the average, p99\n"
+"                        and p999 transfer latency (us) of the requests. A request is\n"
+"                        one batch (--chunks = the batch), and its transfer is its\n"
+"                        pd_put -> PUT_DONE at the prefill rank (the slowest of the\n"
+"                        --tp ranks). Every byte is checked as in any run; a row that\n"
+"                        loses, corrupts or leaks anything fails the sweep (exit 1).\n"
+"                        Progress on stderr, one line per row\n"
+"  --sweep-chunks LIST   chunk sizes, K/M/G suffixes (default 64K,256K,1M,4M)\n"
+"  --sweep-batch LIST    batch sizes (default 1,16)\n"
+"  --sweep-conc LIST     concurrencies (default 1,4)\n"
+"  --sweep-bytes SIZE    data per row: --requests is that over chunk x batch x tp (at\n"
+"                        least 4 x concurrency; default 256M); --requests sets it\n"
+"                        instead. --warmup defaults to 2 x concurrency in a sweep;\n"
+"                        with --local and no --recv-slots/--send-slots, each pool has\n"
+"                        batch x tp x concurrency slots (a slot per chunk in flight)\n"
+"                        The --sweep-* flags imply --sweep; --slot-size, --chunks,\n"
+"                        --batch and --concurrency are the rows' to set\n"
+"\n"
 "Output:\n"
-"  --json FILE           write the results as a JSON object\n"
+"  --json FILE           write the results as a JSON object (FILE -: to stdout, and\n"
+"                        the summary or table to stderr)\n"
+"  --inject-corruption N change one byte of one chunk of every Nth request (rank 0,\n"
+"                        after the pattern is written, before pd_put): shows that the\n"
+"                        decode side's check catches it (each such request counts as\n"
+"                        corrupted, so the run fails; 0, the default: none)\n"
 "  --quiet               no progress line, no warnings\n"
 "  --help                this text\n"
 "\n"
 "Latency is per ok request, from its first pd_declare to the end of the decode\n"
-"ranks' verification (so admission included). admit wait: the decode brokers'\n"
-"admission wait histogram; sender admission: pd_declare -> PD_EV_ADMITTED at the\n"
-"prefill ranks; deferred: pd_alloc calls answered -EAGAIN (not admitted yet).\n"
+"ranks' verification (so admission included); transfer, per ok request, from its\n"
+"first pd_put to its PUT_DONE at the prefill ranks (the slowest). admit wait: the\n"
+"decode brokers' admission wait histogram; sender admission: pd_declare ->\n"
+"PD_EV_ADMITTED at the prefill ranks; deferred: pd_alloc calls answered -EAGAIN\n"
+"(not admitted yet). Every byte of every chunk is compared with what its prefill\n"
+"rank wrote (a pattern from the seed, the request, the rank and the chunk).\n"
 "Outcomes: ok; cancelled; failed (a PUT_FAILED or decode failure not caused by a\n"
 "cancel); corrupted (a chunk's length or bytes differ, or a chunk is missing once\n"
 "READY); lost (no outcome within --timeout, or PUT_DONE everywhere without READY).\n"
@@ -113,7 +151,8 @@ static void usage(FILE *f)
 "requests, and requests still waiting there (polled for 3 s). Exit status: 0 when\n"
 "no request was lost, corrupted or failed, every request ended ok or cancelled,\n"
 "every process exited cleanly and (--local) no slot leaked and no admission was\n"
-"left; 1 otherwise; 2 usage error; 130/143 on SIGINT/SIGTERM.\n");
+"left (--sweep: in every row); 1 otherwise; 2 usage error; 130/143 on\n"
+"SIGINT/SIGTERM.\n");
 }
 
 static int bad(const char *flag, const char *what, const char *arg)
@@ -199,34 +238,68 @@ static int get_transport(const char *s, char *out, size_t len)
 	return 0;
 }
 
+/* The next item of the comma-separated list at *p into tok (len bytes):
+ * 1 an item; 0 the end (*p NULL); -1 an empty or too long item. */
+static int next_item(const char **p, char *tok, size_t len)
+{
+	size_t l;
+
+	if (!*p)
+		return 0;
+	l = strcspn(*p, ",");
+	if (l == 0 || l >= len)
+		return -1;
+	memcpy(tok, *p, l);
+	tok[l] = '\0';
+	*p = (*p)[l] ? *p + l + 1 : NULL;
+	return 1;
+}
+
 /* Split a comma-separated list into fixed-size entries; their count or -1. */
 static int get_list(const char *flag, const char *s, char *out, size_t each, uint32_t max)
 {
-	uint32_t n = 0;
 	const char *p = s;
+	uint32_t n = 0;
+	int rc;
 
 	memset(out, 0, each * max); /* a flag given twice: the last one counts */
-	for (;;) {
-		size_t l = strcspn(p, ",");
-
-		if (l == 0 || l >= each || n == max) {
-			(void)bad(flag, "expected a comma-separated list of names", s);
-			return -1;
-		}
-		memcpy(out + n * each, p, l);
-		out[n * each + l] = '\0';
+	while ((rc = n < max ? next_item(&p, out + n * each, each) : p ? -1 : 0) == 1)
 		n++;
-		if (!p[l])
-			return (int)n;
-		p += l + 1;
+	if (rc < 0) {
+		(void)bad(flag, "expected a comma-separated list of names", s);
+		return -1;
 	}
+	return (int)n;
+}
+
+/* A comma-separated list of sizes (size) or integers in min..max: its
+ * count (1..PD_BENCH_SWEEP_MAX), or 0 (printed). */
+static uint32_t get_nums(const char *flag, const char *s, int size, uint64_t min, uint64_t max,
+			 uint64_t *out)
+{
+	char tok[32];
+	const char *p = s;
+	uint32_t n = 0;
+	int rc;
+
+	while ((rc = n < PD_BENCH_SWEEP_MAX ? next_item(&p, tok, sizeof(tok)) : p ? -1 : 0) == 1) {
+		if (size ? get_size(flag, tok, &out[n]) : get_u64(flag, tok, min, max, &out[n]))
+			return 0;
+		n++;
+	}
+	if (rc < 0) {
+		(void)bad(flag, "expected a comma-separated list of at most 16 values", s);
+		return 0;
+	}
+	return n;
 }
 
 enum {
 	O_LOCAL = 256, O_PREFILL, O_DECODE, O_TP, O_TRANSPORT, O_RECV, O_SEND, O_SLOT,
 	O_REQUESTS, O_CONC, O_CHUNKS, O_CMIN, O_CMAX, O_BATCH, O_ABORT, O_PARTIAL, O_PROXY,
 	O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_BIN, O_KEEP, O_PNAME, O_DNAME, O_DCTRL,
-	O_RUNDIR, O_WAIT, O_PHOST, O_DHOST, O_ENGINE, O_HOLD, O_HELP, O_END
+	O_RUNDIR, O_WAIT, O_PHOST, O_DHOST, O_ENGINE, O_HOLD, O_INJECT, O_WARMUP, O_SWEEP, O_SW_CHUNKS, O_SW_BATCH,
+	O_SW_CONC, O_SW_BYTES, O_HELP, O_END
 };
 
 static const struct option longopts[] = {
@@ -262,6 +335,13 @@ static const struct option longopts[] = {
 	{ "decode-host", required_argument, NULL, O_DHOST },
 	{ "engine", required_argument, NULL, O_ENGINE },
 	{ "decode-hold", required_argument, NULL, O_HOLD },
+	{ "inject-corruption", required_argument, NULL, O_INJECT },
+	{ "warmup", required_argument, NULL, O_WARMUP },
+	{ "sweep", no_argument, NULL, O_SWEEP },
+	{ "sweep-chunks", required_argument, NULL, O_SW_CHUNKS },
+	{ "sweep-batch", required_argument, NULL, O_SW_BATCH },
+	{ "sweep-conc", required_argument, NULL, O_SW_CONC },
+	{ "sweep-bytes", required_argument, NULL, O_SW_BYTES },
 	{ "help", no_argument, NULL, O_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -284,6 +364,13 @@ static void defaults(struct pd_bench_opts *o)
 	o->batch = 4;
 	o->seed = 1;
 	o->timeout_s = 30;
+	memcpy(o->sweep_chunk, (const uint64_t[]){ 64u << 10, 256u << 10, 1u << 20, 4u << 20 },
+	       4 * sizeof(uint64_t));
+	memcpy(o->sweep_batch, (const uint64_t[]){ 1, 16 }, 2 * sizeof(uint64_t));
+	memcpy(o->sweep_conc, (const uint64_t[]){ 1, 4 }, 2 * sizeof(uint64_t));
+	o->nsweep_chunk = 4;
+	o->nsweep_batch = o->nsweep_conc = 2;
+	o->sweep_bytes = 256u << 20;
 	o->engine = PD_BENCH_ENGINE_STEP;
 }
 
@@ -369,6 +456,23 @@ static int one(struct pd_bench_opts *o, int c, const char *a)
 		return 0;
 	case O_HOLD:
 		return get_u32("--decode-hold", a, 0, PD_BENCH_MAX_HOLD_MS, &o->decode_hold_ms);
+	case O_INJECT:
+		return get_u32("--inject-corruption", a, 0, PD_BENCH_MAX_REQS, &o->inject_every);
+	case O_WARMUP: return get_u32("--warmup", a, 0, PD_BENCH_MAX_REQS, &o->warmup);
+	case O_SWEEP: o->sweep = 1; return 0;
+	case O_SW_CHUNKS:
+		o->sweep = 1;
+		o->nsweep_chunk = get_nums("--sweep-chunks", a, 1, 0, 0, o->sweep_chunk);
+		return o->nsweep_chunk ? 0 : 2;
+	case O_SW_BATCH:
+		o->sweep = 1;
+		o->nsweep_batch = get_nums("--sweep-batch", a, 0, 1, MAX_PUT_BATCH, o->sweep_batch);
+		return o->nsweep_batch ? 0 : 2;
+	case O_SW_CONC:
+		o->sweep = 1;
+		o->nsweep_conc = get_nums("--sweep-conc", a, 0, 1, PD_BENCH_MAX_CONC, o->sweep_conc);
+		return o->nsweep_conc ? 0 : 2;
+	case O_SW_BYTES: o->sweep = 1; return get_size("--sweep-bytes", a, &o->sweep_bytes);
 	default: return 2;
 	}
 }
@@ -420,15 +524,48 @@ static int check_sizes(const struct pd_bench_opts *o, const int *seen)
 			   "--chunks-min and --chunks-max go together", NULL);
 	if (o->chunks_min > o->chunks_max)
 		return bad("--chunks-min", "greater than --chunks-max", NULL);
-	if (o->local && (uint64_t)o->chunks_max * o->tp > o->recv_slots) {
+	if (o->local && !o->sweep && (uint64_t)o->chunks_max * o->tp > o->recv_slots) {
 		(void)snprintf(what, sizeof(what), "too small: a request needs chunks x tp = %"
 			       PRIu64 " receive slots", (uint64_t)o->chunks_max * o->tp);
 		return bad("--recv-slots", what, NULL);
 	}
-	if (o->local && (o->batch < o->chunks_max ? o->batch : o->chunks_max) > o->send_slots)
+	if (o->local && !o->sweep &&
+	    (o->batch < o->chunks_max ? o->batch : o->chunks_max) > o->send_slots)
 		return bad("--batch", "larger than --send-slots", NULL);
 	if (o->json && !o->json[0])
 		return bad("--json", "expected a file name", "");
+	if ((uint64_t)o->requests + o->warmup > PD_BENCH_MAX_REQS)
+		return bad("--warmup", "--requests plus --warmup is more than 1000000", NULL);
+	return 0;
+}
+
+/* --sweep: the rows set chunk, batch and concurrency; each row must fit
+ * the pools given, and the pools a row sizes itself must be possible. */
+static int check_sweep(const struct pd_bench_opts *o, const int *seen)
+{
+	static const struct { int id; const char *name; } rows[] = {
+		{ O_SLOT, "--slot-size" }, { O_CHUNKS, "--chunks" }, { O_CMIN, "--chunks-min" },
+		{ O_CMAX, "--chunks-max" }, { O_BATCH, "--batch" }, { O_CONC, "--concurrency" },
+	};
+
+	if (!o->sweep)
+		return 0;
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		if (seen[rows[i].id - O_LOCAL])
+			return bad(rows[i].name, "not with --sweep: the rows set it (--sweep-chunks, "
+				   "--sweep-batch, --sweep-conc)", NULL);
+	for (uint32_t i = 0; o->local && i < o->nsweep_batch; i++) {
+		uint64_t b = o->sweep_batch[i];
+
+		if (o->recv_set && b * o->tp > o->recv_slots)
+			return bad("--recv-slots", "too small for a row: its request needs batch x tp "
+				   "receive slots", NULL);
+		if (o->send_set && b > o->send_slots)
+			return bad("--send-slots", "smaller than a row's batch", NULL);
+		for (uint32_t k = 0; k < o->nsweep_conc; k++)
+			if (b * o->tp * o->sweep_conc[k] > 1u << 24)
+				return bad("--sweep-conc", "a row would need more than 16M slots", NULL);
+	}
 	return 0;
 }
 
@@ -457,6 +594,15 @@ int pd_bench_opts_parse(struct pd_bench_opts *o, int argc, char **argv)
 	}
 	if (optind < argc)
 		return bad(argv[optind], "unexpected argument", NULL);
+	o->requests_set = seen[O_REQUESTS - O_LOCAL];
+	o->warmup_set = seen[O_WARMUP - O_LOCAL];
+	o->recv_set = seen[O_RECV - O_LOCAL];
+	o->send_set = seen[O_SEND - O_LOCAL];
 	rc = check_mode(o, seen);
-	return rc ? rc : check_sizes(o, seen);
+	if (rc == 0)
+		rc = check_sizes(o, seen);
+	if (rc == 0)
+		rc = check_sweep(o, seen);
+	o->requests += o->warmup; /* from here on: every request run */
+	return rc;
 }

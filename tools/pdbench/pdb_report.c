@@ -41,8 +41,7 @@ void pd_bench_progress(const struct pd_bench_opts *o, const struct pd_bench_resu
 		r->failed, r->cancelled, gbps(r->bytes, seconds), tty ? "   " : "\n");
 }
 
-/* Nearest-rank quantile of n samples (sorted by the coordinator), in ms. */
-static double quantile_ms(const uint64_t *v, uint32_t n, double q)
+double pd_bench_quantile_us(const uint64_t *v, uint32_t n, double q)
 {
 	uint32_t i;
 
@@ -52,7 +51,27 @@ static double quantile_ms(const uint64_t *v, uint32_t n, double q)
 	i = i == 0 ? 0 : i - 1;
 	if (i >= n)
 		i = n - 1;
-	return (double)v[i] / 1e6;
+	return (double)v[i] / 1e3;
+}
+
+double pd_bench_mean_us(const uint64_t *v, uint32_t n)
+{
+	double sum = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		sum += (double)v[i];
+	return n ? sum / n / 1e3 : 0.0;
+}
+
+/* Nearest-rank quantile of n samples (sorted by the coordinator), in ms. */
+static double quantile_ms(const uint64_t *v, uint32_t n, double q)
+{
+	return pd_bench_quantile_us(v, n, q) / 1e3;
+}
+
+static double xfer_us(const struct pd_bench_result *r, double q)
+{
+	return pd_bench_quantile_us(r->xfer_ns, r->nxfer, q);
 }
 
 static double lat_ms(const struct pd_bench_result *r, double q)
@@ -80,61 +99,67 @@ static double sadmit_ms(const struct pd_bench_result *r, double q)
 	return quantile_ms(r->sadmit_ns, r->nsadmit, q);
 }
 
-static void print_engine(const struct pd_bench_opts *o, const struct pd_bench_result *r)
+static void print_engine(FILE *f, const struct pd_bench_opts *o, const struct pd_bench_result *r)
 {
 	if (o->engine == PD_BENCH_ENGINE_THREADS) {
-		printf("  engine      threads: a thread per request in flight\n");
+		(void)fprintf(f, "  engine      threads: a thread per request in flight\n");
 		return;
 	}
-	printf("  engine      step: one scheduler thread per prefill rank; %" PRIu64 " steps, %"
+	(void)fprintf(f, "  engine      step: one scheduler thread per prefill rank; %" PRIu64 " steps, %"
 	       PRIu64 " idle sleeps (%" PRIu64 " ended by pd_agent_fd)\n", r->steps, r->sleeps,
 	       r->fd_wakes);
 }
 
-static void print_admission(const struct pd_bench_result *r)
+static void print_admission(FILE *f, const struct pd_bench_result *r)
 {
-	printf("  admit wait  p50 <= %.2f ms, p99 <= %.2f ms (decode brokers' histogram)\n",
+	(void)fprintf(f, "  admit wait  p50 <= %.2f ms, p99 <= %.2f ms (decode brokers' histogram)\n",
 	       (double)r->admit_p50_ns / 1e6, (double)r->admit_p99_ns / 1e6);
-	printf("  admission   p50 %.2f ms, p99 %.2f ms over %" PRIu32 " requests (pd_declare -> "
+	(void)fprintf(f, "  admission   p50 %.2f ms, p99 %.2f ms over %" PRIu32 " requests (pd_declare -> "
 	       "ADMITTED, slowest rank); %" PRIu64 " pd_alloc deferred (-EAGAIN: not admitted "
 	       "yet)\n", sadmit_ms(r, 0.50), sadmit_ms(r, 0.99), r->nsadmit, r->deferred);
 }
 
-void pd_bench_report_print(const struct pd_bench_opts *o, struct pd_bench_result *r)
+void pd_bench_report_print(FILE *f, const struct pd_bench_opts *o, struct pd_bench_result *r)
 {
-	char slot[32];
+	char slot[32], warm[64] = "";
 
 	size_str(slot, sizeof(slot), o->slot_size);
-	printf("pdbench: %" PRIu32 " prefill x %" PRIu32 " decode brokers, tp %" PRIu32
+	(void)fprintf(f, "pdbench: %" PRIu32 " prefill x %" PRIu32 " decode brokers, tp %" PRIu32
 	       ", %s, slot %s, recv-slots %" PRIu32 ", send-slots %" PRIu32 "\n",
 	       o->nprefill, o->ndecode, o->tp, o->local ? o->transport : "(attached)", slot,
 	       o->recv_slots, o->send_slots);
-	print_engine(o, r);
-	printf("  load        %" PRIu32 " requests, concurrency %" PRIu32 ", chunks %" PRIu32
+	print_engine(f, o, r);
+	if (o->warmup)
+		(void)snprintf(warm, sizeof(warm), " (the first %" PRIu32 " a warm-up, not timed)",
+			       o->warmup);
+	(void)fprintf(f, "  load        %" PRIu32 " requests%s, concurrency %" PRIu32 ", chunks %" PRIu32
 	       "..%" PRIu32 " per rank, batch %" PRIu32 ", abort-rate %.2f, decode-hold %" PRIu32
-	       " ms, seed %" PRIu64 "\n", o->requests, o->concurrency, o->chunks_min,
+	       " ms, seed %" PRIu64 "\n", o->requests, warm, o->concurrency, o->chunks_min,
 	       o->chunks_max, o->batch, o->abort_rate, o->decode_hold_ms, o->seed);
-	printf("  requests    %" PRIu32 " ok, %" PRIu32 " failed, %" PRIu32 " cancelled%s\n",
+	(void)fprintf(f, "  requests    %" PRIu32 " ok, %" PRIu32 " failed, %" PRIu32 " cancelled%s\n",
 	       r->ok, r->failed, r->cancelled, r->interrupted ? " (interrupted)" : "");
-	printf("  data        %.3f GB verified in %.2f s = %.2f GB/s\n", (double)r->bytes / 1e9,
+	(void)fprintf(f, "  data        %.3f GB verified in %.2f s = %.2f GB/s\n", (double)r->bytes / 1e9,
 	       r->seconds, gbps(r->bytes, r->seconds));
-	printf("  latency     p50 %.2f ms, p99 %.2f ms (first pd_declare -> decode verified)\n",
+	(void)fprintf(f, "  latency     p50 %.2f ms, p99 %.2f ms (first pd_declare -> decode verified)\n",
 	       lat_ms(r, 0.50), lat_ms(r, 0.99));
-	print_admission(r);
+	(void)fprintf(f, "  transfer    avg %.1f us, p50 %.1f us, p99 %.1f us, p999 %.1f us (first pd_put "
+		"-> PUT_DONE, slowest prefill rank)\n", pd_bench_mean_us(r->xfer_ns, r->nxfer),
+		xfer_us(r, 0.50), xfer_us(r, 0.99), xfer_us(r, 0.999));
+	print_admission(f, r);
 	if (r->leaks_checked) /* the brokers were read at the end */
-		printf("  moved       tcp %.3f GB, shm %.3f GB, rdma %.3f GB (the prefill brokers' "
+		(void)fprintf(f, "  moved       tcp %.3f GB, shm %.3f GB, rdma %.3f GB (the prefill brokers' "
 		       "transports)\n", (double)r->moved.tcp / 1e9, (double)r->moved.shm / 1e9,
 		       (double)r->moved.rdma / 1e9);
 	if (r->bad_exits)
-		printf("  processes   %" PRIu32 " agent processes or brokers did not exit cleanly\n",
+		(void)fprintf(f, "  processes   %" PRIu32 " agent processes or brokers did not exit cleanly\n",
 		       r->bad_exits);
 	if (r->reserved_left || r->waiting_left)
-		printf("  admission   left at the end: %" PRIu64 " slots reserved, %" PRIu64
+		(void)fprintf(f, "  admission   left at the end: %" PRIu64 " slots reserved, %" PRIu64
 		       " requests waiting (leaked)\n", r->reserved_left, r->waiting_left);
-	printf("%" PRIu32 " lost, %" PRIu32 " corrupted, %" PRIu64 " leaked slots%s\n", r->lost,
+	(void)fprintf(f, "%" PRIu32 " lost, %" PRIu32 " corrupted, %" PRIu64 " leaked slots%s\n", r->lost,
 	       r->corrupted, r->leaked_slots, !r->leaks_checked ? " (not checked)" :
 	       r->leaks_counted ? "" : " (brokers not ours: slots in use, not counted)");
-	(void)fflush(stdout);
+	(void)fflush(f);
 }
 
 /* jansson's integers are signed 64-bit: beyond INT64_MAX (a --seed can be),
@@ -198,13 +223,26 @@ static json_t *json_options(const struct pd_bench_opts *o)
 			 "timeout_s", (json_int_t)o->timeout_s);
 }
 
-/* One object: the results, the verdict's counts, then the options. */
+/* First pd_put -> PUT_DONE per ok request (its slowest prefill rank). */
+static json_t *json_xfer(const struct pd_bench_result *r)
+{
+	return json_pack("{s:f, s:f, s:f, s:f, s:I}", "xfer_avg_us",
+			 pd_bench_mean_us(r->xfer_ns, r->nxfer), "xfer_p50_us", xfer_us(r, 0.50),
+			 "xfer_p99_us", xfer_us(r, 0.99), "xfer_p999_us", xfer_us(r, 0.999),
+			 "xfer_samples", (json_int_t)r->nxfer);
+}
+
+/* One object: the results, the verdict's counts, the options, then what
+ * came later (inject_corruption, warmup, the xfer_* figures). */
 static json_t *json_doc(const struct pd_bench_opts *o, const struct pd_bench_result *r)
 {
 	json_t *doc = json_results(r);
 
 	if (json_object_update_new(doc, json_verdict(r)) < 0 ||
-	    json_object_update_new(doc, json_options(o)) < 0) {
+	    json_object_update_new(doc, json_options(o)) < 0 ||
+	    json_object_set_new(doc, "inject_corruption", json_integer(o->inject_every)) < 0 ||
+	    json_object_set_new(doc, "warmup", json_integer(o->warmup)) < 0 ||
+	    json_object_update_new(doc, json_xfer(r)) < 0) {
 		json_decref(doc);
 		return NULL;
 	}
@@ -224,11 +262,10 @@ static int json_write(FILE *f, json_t *doc)
 	return 0;
 }
 
-int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *r,
-			 const char *path)
+int pd_bench_json_write(json_t *doc, const char *path)
 {
-	FILE *f = fopen(path, "w");
-	json_t *doc;
+	int out = !strcmp(path, "-");
+	FILE *f = out ? stdout : fopen(path, "w");
 	int rc;
 
 	if (!f) {
@@ -236,13 +273,21 @@ int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *
 		(void)fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
 		return rc;
 	}
-	doc = json_doc(o, r);
 	rc = json_write(f, doc);
-	json_decref(doc);
-	if (fclose(f) != 0 && rc == 0)
-		rc = -errno;
+	if (out ? fflush(f) != 0 : fclose(f) != 0)
+		rc = rc ? rc : -errno;
 	if (rc < 0)
 		(void)fprintf(stderr, "pdbench: --json %s: %s\n", path, strerror(-rc));
+	return rc;
+}
+
+int pd_bench_report_json(const struct pd_bench_opts *o, struct pd_bench_result *r,
+			 const char *path)
+{
+	json_t *doc = json_doc(o, r);
+	int rc = pd_bench_json_write(doc, path);
+
+	json_decref(doc);
 	return rc;
 }
 

@@ -88,8 +88,10 @@ void pd_bench_stage_fill(struct pd_bench_stage *st, const struct pd_bench_wk *w,
 		uint32_t len = pd_bench_chunk_len(env->o, r->req, w->rank, c, r->chunks);
 		void *d = pd_slot_data(w->a, st->refs[i]);
 
-		if (d)
+		if (d) {
 			pd_bench_fill(d, len, pd_bench_chunk_seed(env->o->seed, r->req, w->rank, c));
+			(void)pd_bench_inject(env->o, d, len, r->req, w->rank, c, r->chunks);
+		}
 		st->ch[i] = (struct pd_chunk){ .slot = st->refs[i], .len = len, .key = st->keys[i] };
 		st->ch[i].klen = pd_bench_key(st->keys[i], PD_BENCH_KEY_LEN, env->run_id, r->req,
 					      w->rank, c);
@@ -108,6 +110,8 @@ void pd_bench_send_report(struct pd_bench_wk *w, const struct pd_bench_sout *o)
 
 	if (o->t_admit)
 		m.admit_ns = o->t_admit > o->t_decl ? o->t_admit - o->t_decl : 1;
+	if (o->t_put && o->t_event)
+		m.xfer_ns = o->t_event > o->t_put ? o->t_event - o->t_put : 1;
 	if (o->err) { /* our own failure, whatever the broker said after it */
 		m.kind = o->err == -ETIMEDOUT ? PD_BENCH_R_TIMEOUT : PD_BENCH_R_FAILED;
 		m.status = o->err;
@@ -134,6 +138,7 @@ struct snd {
 	struct pd_bench_stage st;
 	uint64_t deadline;
 	uint64_t t_decl;
+	uint64_t t_put;              /* the first pd_put returned */
 	int declared;                /* pd_declare reached the broker */
 	uint32_t submitted;          /* batches handed over */
 	int aborted;                 /* this rank called pd_cancel itself */
@@ -272,7 +277,8 @@ static int one_batch(struct snd *s, uint32_t b)
 	rc = put(s, &pb);
 	if (rc != 0)
 		return rc;
-	s->submitted++;
+	if (!s->submitted++)
+		s->t_put = pd_now_ns();
 	if ((s->q->stage == PD_BENCH_AB_BETWEEN && s->q->batch == b) ||
 	    (s->q->stage == PD_BENCH_AB_AFTER && b + 1 == s->r.nb)) {
 		abort_self(s);
@@ -313,6 +319,8 @@ static void finish(struct snd *s, int rc)
 	o.ev_status = s->q->ev_status;
 	o.gone = s->w->gone;
 	o.t_admit = s->q->t_admit;
+	o.t_event = s->q->t_event;
+	o.t_put = s->t_put;
 	(void)pthread_mutex_unlock(&s->w->lock);
 	pd_bench_send_report(s->w, &o);
 }
@@ -347,6 +355,7 @@ static void on_event(struct pd_bench_wk *w, const struct pd_event *ev)
 		q->t_admit = pd_now_ns(); /* not the end: staging may start */
 	} else {
 		q->has_event = 1;
+		q->t_event = pd_now_ns();
 		q->ev_type = ev->type;
 		q->ev_status = ev->status;
 	}

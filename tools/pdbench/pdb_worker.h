@@ -31,6 +31,7 @@ struct pd_bench_wreq {
 	uint32_t ev_type;
 	int32_t ev_status;
 	uint64_t t_admit;            /* prefill: when PD_EV_ADMITTED arrived, 0 not yet */
+	uint64_t t_event;            /* prefill: when PUT_DONE / PUT_FAILED arrived */
 	uint32_t go;                 /* decode: the prefill side is done: wait now */
 	uint32_t stop;               /* decode: stop waiting (or release now) */
 	uint32_t release;            /* decode: every rank verified: release */
@@ -69,6 +70,7 @@ struct pd_bench_sout {
 	int32_t ev_status;
 	int gone;                    /* the broker went away */
 	uint64_t t_decl, t_admit;    /* MONOTONIC ns, 0: none */
+	uint64_t t_put, t_event;     /* its first pd_put returned; its event arrived */
 	uint32_t deferred;           /* pd_alloc answers -EAGAIN */
 	uint32_t steps, sleeps, fd_wakes; /* --engine step: since its previous report */
 };

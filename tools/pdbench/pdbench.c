@@ -45,23 +45,24 @@ static void make_run_id(struct pd_bench_env *env)
 }
 
 /* The brokers up, the agent processes attached, the requests run. */
-static int run(struct pd_bench_opts *o, struct pd_bench_cluster *c, struct pd_bench_result *r)
+static int run(struct pd_bench_opts *o, struct pd_bench_cluster *c, struct pd_bench_result *r,
+	       const volatile sig_atomic_t *stop)
 {
 	struct pd_bench_env env = { .o = o, .c = c };
 	uint32_t nw = (o->nprefill + o->ndecode) * o->tp;
 	struct pd_bench_worker *w = calloc(nw, sizeof(*w));
-	int rc = w ? pd_bench_cluster_up(c, o, &stop_sig) : -ENOMEM;
+	int rc = w ? pd_bench_cluster_up(c, o, stop) : -ENOMEM;
 
 	if (rc == 0)
 		rc = pd_bench_cluster_probe(c, o);
 	make_run_id(&env);
 	if (rc == 0) {
-		rc = pd_bench_workers_start(w, nw, &env, &stop_sig);
+		rc = pd_bench_workers_start(w, nw, &env, stop);
 		if (rc == 0)
-			rc = pd_bench_coord_run(&env, w, nw, c, r, &stop_sig);
-		r->bad_exits += pd_bench_workers_stop(w, nw, rc < 0 || stop_sig);
+			rc = pd_bench_coord_run(&env, w, nw, c, r, stop);
+		r->bad_exits += pd_bench_workers_stop(w, nw, rc < 0 || *stop);
 	}
-	if (rc == 0 && !stop_sig) {
+	if (rc == 0 && !*stop) {
 		r->leaked_slots = pd_bench_cluster_leaks(c, LEAK_WAIT_MS);
 		pd_bench_cluster_admission_left(c, LEAK_WAIT_MS, &r->reserved_left,
 						&r->waiting_left);
@@ -74,23 +75,38 @@ static int run(struct pd_bench_opts *o, struct pd_bench_cluster *c, struct pd_be
 	return rc;
 }
 
-int main(int argc, char **argv)
+int pd_bench_run(struct pd_bench_opts *o, struct pd_bench_result *r,
+		 const volatile sig_atomic_t *stop)
+{
+	struct pd_bench_cluster *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = run(o, c, r, stop);
+	r->bad_exits += pd_bench_cluster_down(c, o->keep_logs);
+	free(c);
+	return rc;
+}
+
+void pd_bench_result_free(struct pd_bench_result *r)
+{
+	free(r->lat_ns);
+	free(r->sadmit_ns);
+	free(r->xfer_ns);
+	memset(r, 0, sizeof(*r));
+}
+
+/* One run, its summary (on stderr when the JSON goes to stdout) and its
+ * JSON. The exit status. */
+static int single(struct pd_bench_opts *o)
 {
 	struct pd_bench_result r = { 0 };
-	struct pd_bench_cluster *c = calloc(1, sizeof(*c));
-	struct pd_bench_opts *o = calloc(1, sizeof(*o));
-	int rc = c && o ? pd_bench_opts_parse(o, argc, argv) : -ENOMEM;
+	FILE *out = o->json && !strcmp(o->json, "-") ? stderr : stdout;
+	int rc = pd_bench_run(o, &r, &stop_sig);
 
-	if (rc != 0) {
-		free(c);
-		free(o);
-		return rc == 1 ? 0 : rc == 2 ? 2 : 1; /* --help; usage error; no memory */
-	}
-	signals();
-	rc = run(o, c, &r);
-	r.bad_exits += pd_bench_cluster_down(c, o->keep_logs);
 	if (r.requests) { /* the run started: what it did, even if it ended early */
-		pd_bench_report_print(o, &r);
+		pd_bench_report_print(out, o, &r);
 		if (o->json && pd_bench_report_json(o, &r, o->json) < 0 && rc == 0)
 			rc = -EIO;
 	}
@@ -98,9 +114,21 @@ int main(int argc, char **argv)
 		rc = 128 + stop_sig;
 	else
 		rc = rc < 0 ? 1 : pd_bench_report_exit(&r);
-	free(r.lat_ns);
-	free(r.sadmit_ns);
-	free(c);
+	pd_bench_result_free(&r);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct pd_bench_opts *o = calloc(1, sizeof(*o));
+	int rc = o ? pd_bench_opts_parse(o, argc, argv) : -ENOMEM;
+
+	if (rc != 0) {
+		free(o);
+		return rc == 1 ? 0 : rc == 2 ? 2 : 1; /* --help; usage error; no memory */
+	}
+	signals();
+	rc = o->sweep ? pd_bench_sweep(o, &stop_sig) : single(o);
 	free(o);
 	return rc;
 }
