@@ -8,9 +8,10 @@
  * trip over loopback TCP (p50 and p99 of each latency beside the round
  * trip's).
  *
- *   bench_e2e [--quick] [--latency] [--transport LIST]
+ *   bench_e2e [--quick] [--latency] [--transport LIST] [--data-threads N]
  *     --latency: the latencies only; --transport: tcp (default), shm,tcp
- *     (same-host copies). PD_TEST_BIN_DIR names another pdbroker to run.
+ *     (same-host copies); --data-threads: both brokers' (their default
+ *     when not given). PD_TEST_BIN_DIR names another pdbroker to run.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@ struct run {
 	struct pd_bench_pair x;
 	uint32_t requests;
 	const char *xport;           /* --transport given to both brokers */
+	const char *threads;         /* --data-threads given to both, or NULL */
 	_Atomic uint32_t done;       /* released by the decode side */
 	int failed;
 };
@@ -44,7 +46,7 @@ static int start(struct run *r)
 {
 	const struct pd_bench_pair_opts o = { .tag = "bench", .send_slots = SEND_SLOTS,
 					      .recv_slots = RECV_SLOTS, .slot_size = "1M",
-					      .transport = r->xport };
+					      .transport = r->xport, .data_threads = r->threads };
 
 	return pd_bench_pair_start(&r->x, &o);
 }
@@ -218,9 +220,11 @@ int main(int argc, char **argv)
 			lat_only = 1;
 		} else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
 			r.xport = argv[++i];
+		} else if (!strcmp(argv[i], "--data-threads") && i + 1 < argc) {
+			r.threads = argv[++i];
 		} else {
 			printf("usage: bench_e2e [--quick] [--latency] [--transport LIST (tcp; "
-			       "shm,tcp)]\n");
+			       "shm,tcp)] [--data-threads N]\n");
 			return 2;
 		}
 	}
@@ -236,8 +240,9 @@ int main(int argc, char **argv)
 	lat = latency(&r, quick ? 200 : 2000, &l);
 	rtt = pd_zmq_rtt_p99("127.0.0.1", quick ? 200 : 2000, &rtt99);
 	pd_bench_pair_stop(&r.x);
-	printf("bench_e2e: 1P1D on one host, --transport %s, %u requests x %u x 1 MiB\n",
-	       r.xport, r.requests, CHUNKS);
+	printf("bench_e2e: 1P1D on one host, --transport %s, --data-threads %s, "
+	       "%u requests x %u x 1 MiB\n", r.xport, r.threads ? r.threads : "(default)",
+	       r.requests, CHUNKS);
 	printf("%-42s %10s %10s %8s\n", "measure", "pdkv", "baseline", "ratio");
 	printf("%-42s %10.2f %10.2f %7.2fx   (baseline: iperf3 -l 1M, 1 stream%s)\n",
 	       "throughput, GB/s", gbs, ip, ip > 0 ? gbs / ip : 0, ip > 0 ? "" : ": not installed");

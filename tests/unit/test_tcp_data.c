@@ -256,6 +256,116 @@ static void test_two_peers(void **state)
 
 /* Connected, listening, nothing to do: threads sleep in poll(). Tolerant
  * bound: 5% of a core over 1 s (clock ticks are 10 ms coarse). */
+/* One write at a time until one goes the direct way (the lane thread idle
+ * by then: it is, once its HELLO is done); its completion is the owner's. */
+static void direct_one(struct fx *f, struct pd_xfer *x)
+{
+	struct pd_cpl cpl[1];
+	uint64_t before = fx_stats(f->tx).direct_tx;
+
+	for (uint32_t i = 0; i < 1000 && fx_stats(f->tx).direct_tx == before; i++) {
+		assert_int_equal(pd_tcp_post(f->tx, FX_PEER, x, 1), 1);
+		assert_int_equal(fx_wait(f->tx, cpl, 1, FX_WAIT_MS), 1);
+		assert_all_ok(cpl, 1, FX_PEER);
+		if (fx_stats(f->tx).direct_tx == before)
+			fx_sleep_ms(1);
+	}
+	assert_int_equal(fx_stats(f->tx).direct_tx, before + 1);
+}
+
+/* Single small writes on an idle lane go direct and land; a batch behind
+ * one still goes through the lanes, and everything completes once. */
+static void test_direct(void **state)
+{
+	enum { N = 16, LEN = 4 * KIB };
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	static uint8_t src[N][LEN];
+	struct pd_xfer x[N];
+	struct pd_cpl cpl[N];
+	uint32_t seen = 0;
+
+	fx_open(f, &c);
+	fx_pattern(&src[0][0], sizeof(src), 7);
+	for (uint32_t i = 0; i < N; i++) {
+		fx_grant(f, i, 1, i);
+		x[i] = fx_xfer(i, src[i], LEN, i, 1, i);
+	}
+	fx_connect(f, FX_TOKEN);
+	direct_one(f, &x[0]);
+	assert_memory_equal(f->arena, src[0], LEN);
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[2], N - 2), N - 2);
+	assert_int_equal(fx_wait(f->tx, cpl, N - 1, FX_WAIT_MS), N - 1);
+	for (uint32_t i = 0; i < N - 1; i++) {
+		assert_int_equal(cpl[i].status, 0);
+		assert_true(cpl[i].cookie >= 1 && cpl[i].cookie < N);
+		assert_false(seen & (1u << cpl[i].cookie));
+		seen |= 1u << cpl[i].cookie;
+	}
+	for (uint32_t i = 1; i < N; i++)
+		assert_memory_equal(f->arena + (size_t)i * c.slot_size, src[i], LEN);
+	direct_one(f, &x[N - 1]);
+	assert_int_equal(fx_stats(f->tx).writes_ok, fx_stats(f->tx).acks_rx);
+	assert_int_equal(fx_stats(f->tx).proto_errors + fx_stats(f->tx).conn_errors, 0);
+}
+
+/* A direct write the receiver never acknowledges still fails after
+ * io_timeout_ms: the idle lane thread takes it back and times it out. */
+static void test_direct_timeout(void **state)
+{
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	static uint8_t src[2][4 * KIB];
+	struct pd_xfer x[2];
+	struct pd_cpl cpl[3];
+
+	c.io_ms = 300;
+	fx_open(f, &c);
+	for (uint32_t i = 0; i < 2; i++) {
+		fx_grant(f, i, 1, 1);
+		x[i] = fx_xfer(i, src[i], sizeof(src[i]), i, 1, 1);
+	}
+	fx_connect(f, FX_TOKEN);
+	direct_one(f, &x[0]);
+	fx_gate_set(f, fx_get(f, &f->claims), 0);
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
+	assert_int_equal(fx_wait(f->tx, cpl, 2, FX_WAIT_MS), 2);
+	assert_int_equal(cpl[0].cookie, 1);
+	assert_int_equal(cpl[0].status, -ETIMEDOUT);
+	assert_int_equal(cpl[1].kind, PD_CPL_PEER);
+	assert_int_equal(cpl[1].status, -ETIMEDOUT);
+	fx_gate_set(f, UINT32_MAX, 1);
+	assert_int_equal(pd_tcp_disconnect(f->tx, FX_PEER), 0);
+}
+
+/* A direct write the receiver refuses: it closes the connection, the lane
+ * thread finds the EOF and fails the peer as for any write. */
+static void test_direct_refused(void **state)
+{
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	static uint8_t src[2][4 * KIB];
+	struct pd_xfer x[2];
+	struct pd_cpl cpl[3];
+
+	fx_open(f, &c);
+	for (uint32_t i = 0; i < 2; i++) {
+		fx_grant(f, i, 1, 1);
+		x[i] = fx_xfer(i, src[i], sizeof(src[i]), i, 1, 1);
+	}
+	x[1].gen = 2; /* not the granted generation: claim refuses it */
+	fx_connect(f, FX_TOKEN);
+	direct_one(f, &x[0]);
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
+	assert_int_equal(fx_wait(f->tx, cpl, 2, FX_WAIT_MS), 2);
+	assert_int_equal(cpl[0].cookie, 1);
+	assert_true(cpl[0].status == -ECONNRESET || cpl[0].status == -EPIPE);
+	assert_int_equal(cpl[1].kind, PD_CPL_PEER);
+	assert_int_equal(fx_stats(f->rx).writes_rejected, 1);
+	assert_int_equal(pd_tcp_disconnect(f->tx, FX_PEER), 0);
+}
+
 static void test_idle_cpu(void **state)
 {
 	struct fx *f = *state;
@@ -288,6 +398,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_64x4mib, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_event_fd, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_two_peers, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_direct, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_direct_timeout, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_direct_refused, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_idle_cpu, fx_setup, fx_teardown),
 	};
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "pd_err.h"
@@ -63,6 +64,21 @@ static int pool_init(struct pd_tcp *t)
 	return 0;
 }
 
+/* The event fd: an epoll of the completion eventfd and, while the owner
+ * waits for a direct frame's ACK, that lane's socket (pd_tcp_direct.c). */
+static int ep_open(struct pd_tcp *t)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	int rc = t->ep = pd_sys_rc(epoll_create1(EPOLL_CLOEXEC));
+
+	if (rc < 0)
+		return rc;
+	rc = pd_sys_rc(epoll_ctl(t->ep, EPOLL_CTL_ADD, t->cq.fd, &ev));
+	if (rc < 0)
+		(void)close(t->ep);
+	return rc;
+}
+
 static int fds_open(struct pd_tcp *t)
 {
 	int rc;
@@ -73,8 +89,13 @@ static int fds_open(struct pd_tcp *t)
 	rc = t->reap_fd = pd_efd_create();
 	if (rc < 0)
 		goto out_close_stop;
+	rc = ep_open(t);
+	if (rc < 0)
+		goto out_close_reap;
 	return 0;
 
+out_close_reap:
+	(void)close(t->reap_fd);
 out_close_stop:
 	(void)close(t->stop_fd);
 	return rc;
@@ -82,6 +103,7 @@ out_close_stop:
 
 static void fds_close(struct pd_tcp *t)
 {
+	(void)close(t->ep);
 	(void)close(t->reap_fd);
 	(void)close(t->stop_fd);
 }
@@ -101,7 +123,7 @@ int pd_tcp_create(const struct pd_tcp_opts *o, struct pd_tcp **out)
 		t->o.hello_timeout_ms = 2000;
 	if (!t->o.max_pending)
 		t->o.max_pending = 64;
-	t->lfd = t->stop_fd = t->reap_fd = -1;
+	t->lfd = t->stop_fd = t->reap_fd = t->ep = -1;
 	t->peers = calloc(o->max_peers, sizeof(*t->peers));
 	if (!t->peers)
 		goto out_free;
@@ -210,12 +232,15 @@ void pd_tcp_cq_push(struct pd_tcp *t, struct pd_cplq_fifo *f)
 
 int pd_tcp_poll(struct pd_tcp *t, struct pd_cpl *c, uint32_t max)
 {
-	return t ? pd_cplq_poll(&t->cq, c, max) : -EINVAL;
+	if (!t)
+		return -EINVAL;
+	pd_tcp_direct_poll(t);
+	return pd_cplq_poll(&t->cq, c, max);
 }
 
 int pd_tcp_event_fd(const struct pd_tcp *t)
 {
-	return t ? t->cq.fd : -EINVAL;
+	return t ? t->ep : -EINVAL;
 }
 
 int pd_tcp_port(const struct pd_tcp *t)

@@ -60,10 +60,22 @@
  * fewest bytes queued and unacknowledged (so a big write does not queue
  * small ones behind it on every lane).
  *
+ * The direct path (the latency of a lone small write): a post of one write
+ * of at most 64 KiB, when a lane of the peer is idle (its thread has
+ * nothing queued, sent or unacknowledged), is sent by pd_tcp_post() itself
+ * with one non-blocking sendmsg(), and the lane's socket joins the event
+ * fd until its ACK, which pd_tcp_poll() then reads. No thread hand-off on
+ * either side of the round trip. Whatever else happens on that lane (more
+ * writes posted, a partial send, a hang-up, a bad or missing ACK) wakes the
+ * lane thread, which takes the frame back into its window and carries on
+ * as for its own, deadlines and errors included; an idle lane thread wakes
+ * every io_timeout_ms to check the deadline of a frame sent that way.
+ *
  * Completions {peer, cookie, status} go to one queue drained by
- * pd_tcp_poll(). pd_tcp_event_fd() is an eventfd that is readable exactly
- * while that queue is not empty (level-triggered: epoll it, then poll until
- * it returns less than asked).
+ * pd_tcp_poll(). pd_tcp_event_fd() is an epoll descriptor that is readable
+ * while that queue is not empty or the ACK of a direct write is readable
+ * (level-triggered: epoll it, then poll until it returns less than asked;
+ * a poll may find nothing when it was only part of an ACK).
  *
  * status 0 means the receiver has the bytes in place (it acknowledged after
  * ops->landed). A negative status means the write may or may not have
@@ -109,8 +121,9 @@
  * ---- Threads, blocking, shutdown ------------------------------------------
  * Threads: lanes x connected peers on the send side, one listener plus one
  * per accepted connection (<= max_conns) on the receive side. Idle threads
- * block in poll() with no timeout and wake only on an event (socket, their
- * eventfd or the shutdown eventfd): no busy polling anywhere. Every wait on
+ * block in poll() and wake only on an event (socket, their eventfd or the
+ * shutdown eventfd), idle lanes also every io_timeout_ms (the deadline of
+ * a direct write): no busy polling anywhere. Every wait on
  * the network while work is outstanding has a deadline. Threads are stopped
  * with an eventfd and joined, never cancelled.
  *
@@ -289,6 +302,7 @@ struct pd_tcp_opts {
 /* Counters (monotonic, relaxed atomics; a snapshot is not one instant). */
 #define PD_TCP_STAT_FIELDS(X)                                                          \
 	X(frames_tx)        /* DATA frames fully sent */                              \
+	X(direct_tx)        /* of them, sent by the owner itself (an idle lane) */    \
 	X(bytes_tx)         /* their payload bytes */                                 \
 	X(acks_rx)          /* ACKs matched to a frame */                             \
 	X(writes_ok)        /* writes completed with status 0 */                      \
@@ -397,8 +411,9 @@ int pd_tcp_poll(struct pd_tcp *t, struct pd_cpl *c, uint32_t max);
  */
 int pd_tcp_fence(struct pd_tcp *t, int (*stale)(void *arg, uint32_t lane), void *arg);
 
-/** The completion eventfd (readable while completions are pending; owned by
- * the instance, do not read or close it), or -EINVAL for NULL. Any thread. */
+/** The event fd, an epoll descriptor (readable while completions are
+ * pending or a direct write's ACK is there to read; owned by the instance,
+ * do not read or close it), or -EINVAL for NULL. Any thread. */
 int pd_tcp_event_fd(const struct pd_tcp *t);
 
 /** Snapshot of the counters; zeros for a NULL @t; @out may be NULL (no-op).

@@ -5,19 +5,22 @@
 /*
  * Internals of the TCP transport (pd_tcp.c: instance, write pool,
  * completion queue; pd_tcp_io.c: wire codec and socket waits with
- * deadlines; pd_tcp_tx.c: peers and lane threads; pd_tcp_rx.c: listener
- * and connection threads).
+ * deadlines; pd_tcp_tx.c: peers and lane threads; pd_tcp_direct.c: the
+ * owner's own sends on an idle lane; pd_tcp_rx.c: listener and connection
+ * threads).
  *
  * Locks (never two held at once, so there is no lock order to keep):
  *   t->cq_lock   t->cq: the write pool (cq.free) and the completion queue
  *                (pd_cplq.h); the completion eventfd is written/read under
  *                it, so it is readable exactly while completions are pending.
  *   p->lock      per peer: err, failed, outstanding, live, each lane's
- *                pending list and load.
+ *                pending list, load and direct state (idle, direct, armed;
+ *                and the lane's socket and rbuf while direct is set).
  * A write descriptor (struct pd_tcp_node) is always in exactly one place:
  * t->cq.free, a lane's pending list (p->lock), a lane's window (that lane's
- * thread only), a local list of the thread moving it, t->cq.done, or a
- * peer's reserved peer-completion pointer.
+ * thread only), a lane's direct pointer (p->lock), a local list of the
+ * thread moving it, t->cq.done, or a peer's reserved peer-completion
+ * pointer.
  */
 #include <netinet/in.h>
 #include <pthread.h>
@@ -70,7 +73,13 @@ struct pd_tcp_lane {
 	/* p->lock */
 	struct pd_cplq_fifo pending;
 	uint64_t load;                 /* bytes pending or in the window */
-	/* lane thread only */
+	int idle;                      /* the lane thread waits with nothing to send or read:
+					* the owner may send one frame itself */
+	int armed;                     /* fd is in t->ep: the owner reads direct's ACK */
+	struct pd_tcp_node *direct;    /* the frame the owner sent itself, not acknowledged */
+	uint32_t direct_off;           /* bytes of direct's frame sent */
+	uint64_t direct_ns;            /* when direct was sent */
+	/* lane thread only (rbuf, rlen and fd: the owner's too while direct is set) */
 	int fd;
 	struct pd_cplq_fifo win;       /* sent or being sent, oldest first */
 	struct pd_tcp_node *next_send; /* first node of win with unsent bytes */
@@ -132,6 +141,8 @@ struct pd_tcp {
 	struct pd_cplq cq;             /* completions and the write pool */
 	struct pd_tcp_node *nodes;     /* the pool's storage */
 	uint32_t nnodes;
+	int ep;                        /* epoll: cq.fd and the armed lanes' sockets (the event fd) */
+	_Atomic uint32_t narmed;       /* lanes in ep */
 	/* receive side; set up by the owner before the listener starts */
 	int lfd;
 	int stop_fd;                   /* eventfd, written once at stop, never read */
@@ -177,6 +188,24 @@ void pd_tcp_conn_close(struct pd_tcp_conn *c);
 
 /* pd_tcp_tx.c */
 void pd_tcp_peers_stop(struct pd_tcp *t);
+/* The lane is done with its acknowledged writes done (p->lock not held):
+ * counted, then queued as completions. */
+void pd_tcp_lane_done(struct pd_tcp_lane *l, struct pd_cplq_fifo *done);
+
+/* pd_tcp_direct.c: a frame posted to an idle lane is sent by the owner
+ * itself, and its ACK read by the owner when t->ep says it is there: no
+ * hand-off to the lane thread and no wake-up of it either way. */
+/* An idle lane that may take n directly, or NULL (p->lock held). */
+struct pd_tcp_lane *pd_tcp_direct_lane(struct pd_tcp_peer *p, const struct pd_tcp_node *n);
+/* Send n on l (p->lock held): 1 when the lane thread must carry on
+ * (a partial send, EAGAIN, an error), 0 when n is sent and armed. */
+int pd_tcp_direct_send_locked(struct pd_tcp_lane *l, struct pd_tcp_node *n);
+/* Lane thread (p->lock held): the owner's frame, back in the window. */
+void pd_tcp_direct_take_locked(struct pd_tcp_lane *l);
+/* Owner: read the ACKs t->ep has ready; completions go to t->cq. */
+void pd_tcp_direct_poll(struct pd_tcp *t);
+/* The ACK in buf answers n: 0 and *status, or -EPROTO. */
+int pd_tcp_ack_match(const uint8_t *buf, const struct pd_tcp_node *n, int32_t *status);
 
 /* pd_tcp_io.c */
 int pd_tcp_sock_tune(int fd);

@@ -4,12 +4,17 @@
  *
  * A lane thread: connect + HELLO (bounded by connect_timeout_ms), then a
  * loop of
- *   refill   pending -> window (p->lock), up to `window` frames;
+ *   refill   the owner's direct frame back into the window, if any, and
+ *            pending -> window (p->lock), up to `window` frames; with
+ *            nothing at all, the lane goes idle: the owner may then send a
+ *            frame itself (pd_tcp_direct.c) and the lane thread touches
+ *            neither socket nor window until its next refill;
  *   send     sendmsg() of header + payload iovecs from the first unsent
  *            byte on, several frames per call, never blocking;
  *   wait     poll(socket: IN, OUT while bytes are unsent; wake eventfd),
- *            no timeout when idle, io_timeout_ms after the last progress
- *            while frames are outstanding;
+ *            io_timeout_ms after the last progress while frames are
+ *            outstanding; idle: the socket's hang-up only, and
+ *            io_timeout_ms (to check a direct frame's deadline);
  *   recv     ACKs, matched against the oldest frame of the window.
  * It ends on its first error, or when the peer's err is set (by a sibling
  * lane or by disconnect), and then fails everything it holds (lane_close).
@@ -30,7 +35,11 @@
 struct lane_ctx {
 	struct pd_tcp_lane *l;
 	int aborted;                   /* ended by the peer's err, not its own */
+	int idle;                      /* l->idle as this thread last set it */
+	int took;                      /* the last refill took a direct frame back */
 };
+
+#define POLL_RX (POLLIN | POLLERR | POLLHUP | POLLRDHUP)
 
 /* ---- lane: connect and HELLO -------------------------------------------------- */
 
@@ -103,17 +112,22 @@ static int lane_open(struct lane_ctx *lc)
 
 /* ---- lane: the data loop -------------------------------------------------------- */
 
-/* Move pending writes into the window; the peer's err when it is set. */
-static int lane_refill(struct lane_ctx *lc)
+/* Take the owner's direct frame back and move pending writes into the
+ * window; with nothing to do and nothing seen on the socket (ev), go idle.
+ * The peer's err when it is set. */
+static int lane_refill(struct lane_ctx *lc, short ev)
 {
 	struct pd_tcp_lane *l = lc->l;
 	struct pd_tcp_peer *p = l->p;
 	uint32_t window = p->t->o.window;
-	int was_idle = l->win.n == 0;
+	int was_idle;
 	int err;
 
 	pd_lock(&p->lock);
 	err = p->err;
+	lc->took = l->direct != NULL;
+	pd_tcp_direct_take_locked(l);
+	was_idle = l->win.n == 0;
 	while (!err && l->win.n < window && l->pending.n) {
 		struct pd_tcp_node *n = pd_tcp_fifo_pop(&l->pending);
 
@@ -123,6 +137,8 @@ static int lane_refill(struct lane_ctx *lc)
 			l->send_off = 0;
 		}
 	}
+	l->idle = !err && !l->win.n && !(ev & POLL_RX);
+	lc->idle = l->idle;
 	pd_unlock(&p->lock);
 	if (err)
 		lc->aborted = 1;
@@ -204,16 +220,14 @@ static int lane_send(struct pd_tcp_lane *l)
 static int lane_ack(struct pd_tcp_lane *l, const uint8_t *buf, struct pd_cplq_fifo *done)
 {
 	struct pd_tcp_node *n = pd_tcp_node_of(l->win.head);
-	struct pd_tcp_hdr h;
+	int32_t status;
 
-	if (pd_tcp_hdr_decode(buf, 0, &h) < 0 || h.type != PD_TCP_T_ACK || !n ||
-	    n == l->next_send || h.cookie != n->x.cookie || h.slot != n->x.slot ||
-	    h.gen != n->x.gen || h.tag != n->x.tag) {
+	if (n == l->next_send || pd_tcp_ack_match(buf, n, &status) < 0) {
 		PD_TCP_STAT_INC(l->p->t, proto_errors, 1);
 		return -EPROTO;
 	}
 	n = pd_tcp_fifo_pop(&l->win);
-	n->c.status = h.status;
+	n->c.status = status;
 	pd_tcp_fifo_append(done, n);
 	return 0;
 }
@@ -232,8 +246,7 @@ static int lane_acks(struct pd_tcp_lane *l, struct pd_cplq_fifo *done)
 	return rc;
 }
 
-/* Hand acknowledged writes to the completion queue. */
-static void lane_complete(struct pd_tcp_lane *l, struct pd_cplq_fifo *done)
+void pd_tcp_lane_done(struct pd_tcp_lane *l, struct pd_cplq_fifo *done)
 {
 	struct pd_tcp_peer *p = l->p;
 	uint64_t bytes = 0;
@@ -242,13 +255,20 @@ static void lane_complete(struct pd_tcp_lane *l, struct pd_cplq_fifo *done)
 		return;
 	for (const struct pd_tcp_node *n = pd_tcp_node_of(done->head); n; n = pd_tcp_node_next(n))
 		bytes += PD_TCP_HDR_SIZE + (uint64_t)n->x.len;
-	l->progress_ns = pd_now_ns();
 	PD_TCP_STAT_INC(p->t, acks_rx, done->n);
 	pd_lock(&p->lock);
 	p->outstanding -= done->n;
 	l->load -= bytes;
 	pd_unlock(&p->lock);
 	pd_tcp_cq_push(p->t, done);
+}
+
+/* Hand acknowledged writes to the completion queue. */
+static void lane_complete(struct pd_tcp_lane *l, struct pd_cplq_fifo *done)
+{
+	if (done->n)
+		l->progress_ns = pd_now_ns();
+	pd_tcp_lane_done(l, done);
 }
 
 static int lane_recv(struct pd_tcp_lane *l)
@@ -276,24 +296,31 @@ static int lane_recv(struct pd_tcp_lane *l)
 		if (rc < 0 || (size_t)r < room)
 			break;
 	}
+	if (rc == 0)
+		rc = lane_acks(l, &done); /* what the owner read of a direct frame's ACK */
 	lane_complete(l, &done);
 	return rc;
 }
 
 /* Block until the socket or the wake eventfd has something, or the
- * no-progress deadline passes (only while frames are outstanding). */
-static int lane_wait(struct pd_tcp_lane *l, short *revents)
+ * no-progress deadline passes (only while frames are outstanding). Idle,
+ * the socket is the owner's to read: only its hang-up wakes us, and the
+ * period io_timeout_ms, for the deadline of a direct frame. */
+static int lane_wait(struct lane_ctx *lc, short *revents)
 {
+	struct pd_tcp_lane *l = lc->l;
+	short in = lc->idle ? POLLRDHUP : POLLIN;
 	struct pollfd pfd[2] = {
-		{ .fd = l->fd, .events = (short)(POLLIN | (l->next_send ? POLLOUT : 0)) },
+		{ .fd = l->fd, .events = (short)(in | (l->next_send ? POLLOUT : 0)) },
 		{ .fd = l->wake_fd, .events = POLLIN },
 	};
+	uint64_t io_ns = l->p->t->o.io_timeout_ms * PD_NS_PER_MS;
 	uint64_t deadline = 0;
 	int ms, rc;
 
 	if (l->win.n)
-		deadline = l->progress_ns + l->p->t->o.io_timeout_ms * PD_NS_PER_MS;
-	ms = pd_tcp_wait_ms(deadline);
+		deadline = l->progress_ns + io_ns;
+	ms = lc->idle ? (int)l->p->t->o.io_timeout_ms : pd_tcp_wait_ms(deadline);
 	if (ms == 0)
 		return -ETIMEDOUT;
 	*revents = 0;
@@ -313,13 +340,16 @@ static int lane_run(struct lane_ctx *lc)
 	int rc;
 
 	for (;;) {
-		rc = lane_refill(lc);
-		if (rc == 0)
+		rc = lane_refill(lc, ev);
+		if (rc == 0 && !lc->idle && (lc->took || (ev & POLL_RX))) {
+			rc = lane_recv(l);
+			if (rc == 0) /* the window has room again */
+				rc = lane_refill(lc, 0);
+		}
+		if (rc == 0 && !lc->idle)
 			rc = lane_send(l);
 		if (rc == 0)
-			rc = lane_wait(l, &ev);
-		if (rc == 0 && (ev & (POLLIN | POLLERR | POLLHUP)))
-			rc = lane_recv(l);
+			rc = lane_wait(lc, &ev);
 		if (rc < 0)
 			return rc;
 	}
@@ -351,11 +381,9 @@ static void lane_close(struct lane_ctx *lc, int rc)
 	int first = 0, err;
 
 	PD_ASSERT(rc < 0);
-	if (l->fd >= 0)
-		(void)close(l->fd);
-	l->fd = -1;
-	l->next_send = NULL;
 	pd_lock(&p->lock);
+	pd_tcp_direct_take_locked(l); /* before the close: the owner may read fd till then */
+	l->idle = 0;
 	if (!p->err) {
 		p->err = rc;
 		p->failed = first = 1;
@@ -367,6 +395,10 @@ static void lane_close(struct lane_ctx *lc, int rc)
 	p->outstanding -= ndead;
 	l->load = 0;
 	pd_unlock(&p->lock);
+	if (l->fd >= 0)
+		(void)close(l->fd);
+	l->fd = -1;
+	l->next_send = NULL;
 	if (first)
 		peer_wake(p);
 	if (!lc->aborted) {
@@ -636,6 +668,20 @@ static struct pd_tcp_lane *lane_least(struct pd_tcp_peer *p)
 	return best;
 }
 
+/* A single small write on an idle lane: sent from here (pd_tcp_direct.c);
+ * the mask of lanes to wake. */
+static uint32_t post_direct(struct pd_tcp_peer *p, struct pd_cplq_fifo *f)
+{
+	struct pd_tcp_lane *l = f->n == 1 ? pd_tcp_direct_lane(p, pd_tcp_node_of(f->head)) : NULL;
+	struct pd_tcp_node *node;
+
+	if (!l)
+		return 0;
+	node = pd_tcp_fifo_pop(f);
+	l->load += PD_TCP_HDR_SIZE + (uint64_t)node->x.len;
+	return pd_tcp_direct_send_locked(l, node) ? 1u << l->idx : 0;
+}
+
 /* Spread over the lanes and wake those that got work; -ENOTCONN (nothing
  * queued) if the peer failed since post_reserve. */
 static int post_queue(struct pd_tcp_peer *p, struct pd_cplq_fifo *f)
@@ -648,6 +694,8 @@ static int post_queue(struct pd_tcp_peer *p, struct pd_cplq_fifo *f)
 	err = p->err;
 	if (err)
 		p->outstanding -= n;
+	else
+		mask = post_direct(p, f);
 	while (!err && (node = pd_tcp_fifo_pop(f))) {
 		struct pd_tcp_lane *l = lane_least(p);
 
