@@ -244,11 +244,14 @@ int main(int argc, char **argv)
 	       "%u requests x %u x 1 MiB\n", r.xport, r.threads ? r.threads : "(default)",
 	       r.requests, CHUNKS);
 	printf("%-42s %10s %10s %8s\n", "measure", "pdkv", "baseline", "ratio");
+	if (lat_only)
+		goto latencies;
 	printf("%-42s %10.2f %10.2f %7.2fx   (baseline: iperf3 -l 1M, 1 stream%s)\n",
 	       "throughput, GB/s", gbs, ip, ip > 0 ? gbs / ip : 0, ip > 0 ? "" : ": not installed");
 	printf("%-42s %10.2f %10.2f %7.2fx   (baseline: UCX ucx_perftest tcp tag_bw 1 MiB%s)\n",
 	       "throughput, GB/s", gbs, ucx, ucx > 0 ? gbs / ucx : 0,
 	       ucx > 0 ? "" : ": not installed");
+latencies:
 	printf("%-42s %10.1f %10.1f %7.2fx   (baseline: ZeroMQ REQ/REP round trip)\n",
 	       "1-chunk request declare -> PUT_DONE, us", l.cold, rtt,
 	       rtt > 0 ? l.cold / rtt : 0);
