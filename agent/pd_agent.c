@@ -24,7 +24,6 @@ void pd_agent_set_log_fn(struct pd_agent *a, pd_agent_log_fn *fn, void *ctx)
 		pd_log_sink_set(&a->sink, fn, ctx);
 }
 
-/* 0 while the broker lives; -ENOTCONN (latched) once it is gone. */
 /* The broker's socket closed (it died) or has something: a poll of it, at
  * most one per SOCK_POLL_NS (a call that costs a syscall, made by every
  * call of the API: pd_req_state() in an engine's step loop among them). */
@@ -41,6 +40,7 @@ static int sock_closed(struct pd_agent *a)
 	return poll(&p, 1, 0) > 0 && p.revents;
 }
 
+/* 0 while the broker lives; -ENOTCONN (latched) once it is gone. */
 int pd_ag_check_broker(void *ctx)
 {
 	struct pd_agent *a = ctx;

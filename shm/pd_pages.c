@@ -77,47 +77,36 @@ int64_t pd_pages_huge_bytes(const void *p, size_t len)
 	return huge;
 }
 
-/* The huge= option of the tmpfs at /dev/shm ("never" when it has none). */
-static void shm_mount_huge(char *buf, size_t len)
+/* The word after marker on the last line of path that contains filter
+ * (NULL: any line), or def when that line has no marker or there is none. */
+static void word_after(const char *path, const char *filter, const char *marker, char *buf,
+		       size_t len, const char *def)
 {
-	char line[1024], *opt;
-	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[1024], *at;
+	FILE *f = fopen(path, "re");
 
-	(void)snprintf(buf, len, "never");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		if (!strstr(line, " /dev/shm "))
+	(void)snprintf(buf, len, "%s", def);
+	while (f && fgets(line, sizeof(line), f)) {
+		if (filter && !strstr(line, filter))
 			continue;
-		opt = strstr(line, "huge=");
-		if (opt)
-			(void)sscanf(opt + 5, "%15[a-z_]", buf);
-		else
-			(void)snprintf(buf, len, "never");
+		at = strstr(line, marker);
+		(void)snprintf(buf, len, "%s", def);
+		if (at)
+			(void)sscanf(at + strlen(marker), "%15[a-z_]", buf);
 	}
-	(void)fclose(f);
-}
-
-/* The bracketed choice of shmem_enabled ("always within_size [never] ..."). */
-static void shmem_enabled(char *buf, size_t len)
-{
-	char line[256], *open_b;
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "re");
-
-	(void)snprintf(buf, len, "unavailable");
-	if (!f)
-		return;
-	if (fgets(line, sizeof(line), f) && (open_b = strchr(line, '[')))
-		(void)sscanf(open_b + 1, "%15[a-z_]", buf);
-	(void)fclose(f);
+	if (f)
+		(void)fclose(f);
 }
 
 void pd_pages_why_not(char *buf, size_t len)
 {
 	char mount[16], shmem[16];
 
-	shm_mount_huge(mount, sizeof(mount));
-	shmem_enabled(shmem, sizeof(shmem));
+	/* tmpfs's huge= option (none: never), and the bracketed choice of
+	 * "always within_size [never] ..." */
+	word_after("/proc/self/mountinfo", " /dev/shm ", "huge=", mount, sizeof(mount), "never");
+	word_after("/sys/kernel/mm/transparent_hugepage/shmem_enabled", NULL, "[", shmem,
+		   sizeof(shmem), "unavailable");
 	(void)snprintf(buf, len, "/dev/shm is mounted huge=%s and "
 		       "transparent_hugepage/shmem_enabled is %s", mount, shmem);
 }
