@@ -48,8 +48,11 @@ static int bind_one(struct pd_rx *rx, struct rx_req *r, struct rx_chunk *c,
 	struct pd_index_val v;
 	int rc;
 
-	if (c->klen)
-		return -EPROTO; /* named twice in this PutDone */
+	/* Named twice in this PutDone: bound already, or given back by a
+	 * dedup of its first naming (checked granted before the loop, but
+	 * that no longer holds for it). */
+	if (c->klen || c->state != CHUNK_GRANTED || c->writer != r)
+		return -EPROTO;
 	if (pd_index_lookup(rx->o.index, k->p, k->len, &v) == 0) {
 		const struct rx_chunk *o = v.slot < rx->nslots ? &rx->chunks[v.slot] : NULL;
 

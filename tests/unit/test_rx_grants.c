@@ -175,6 +175,36 @@ static void test_bind_dedups_a_present_key(void **state)
 	rxf_assert_empty(f);
 }
 
+/* A PutDone that names one slot twice, the first time with a key another
+ * request holds (the slot is given back by the dedup) and then with a new
+ * key: a protocol error that rolls the request back, never a commit of a
+ * slot nobody holds. */
+static void test_bind_same_slot_twice_after_dedup(void **state)
+{
+	struct rx_fx *f = *state;
+	const struct rxf_batch first = { .req = "a", .keys = "k", .peer = PEER, .total = 1,
+					 .n = 1, .is_last = 1, .seq = 1 };
+	const struct rx_reply *r;
+
+	rxf_batch_ok(f, &first); /* key "k-0-0" committed by a */
+	assert_int_equal(reserve(f, "b", 0, 1, 2, 2, 2), 0);
+	r = rxf_got(f, PEER, 2);
+	{
+		struct pd_rx_key k[2] = { { (const uint8_t *)"k-0-0", 5 },
+					  { (const uint8_t *)"b/new", 5 } };
+		int32_t slots[2] = { r->remote[0], r->remote[0] };
+		uint32_t lens[2] = { 100, 100 };
+
+		assert_int_equal(pd_rx_bind(f->rx, PEER, (const uint8_t *)"b", 1, slots, k,
+					    lens, 2, f->now),
+				 -EPROTO);
+	}
+	assert_int_equal(state_of(f, "b"), PD_RX_ENDED);
+	rxf_check(f);
+	assert_int_equal(rxf_release(f, "a"), 0);
+	rxf_assert_empty(f);
+}
+
 /* A later rank's Reserve joins the admitted request and gets its own
  * grants, all from the one reservation (total x world). */
 static void test_second_rank_grants_from_the_reservation(void **state)
@@ -245,6 +275,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_grants_then_bind_ready, rxf_setup10,
 						rxf_teardown),
 		cmocka_unit_test_setup_teardown(test_grants_then_alloc_for_the_rest, rxf_setup10,
+						rxf_teardown),
+		cmocka_unit_test_setup_teardown(test_bind_same_slot_twice_after_dedup, rxf_setup10,
 						rxf_teardown),
 		cmocka_unit_test_setup_teardown(test_bind_dedups_a_present_key, rxf_setup10,
 						rxf_teardown),
