@@ -20,7 +20,7 @@ static int alloc_ok(const struct pd_rx_alloc *a)
 	    a->world_size > PD_RX_MAX_RANKS || a->rank >= a->world_size)
 		return 0;
 	if (a->reserve && (!a->req_id_len || a->nkeys || a->is_last || !a->total_chunks ||
-			   a->grants > a->total_chunks))
+			   a->grants > a->total_chunks || a->grants > PD_RX_MAX_BATCH))
 		return 0;
 	if (!a->reserve && a->grants)
 		return 0;
