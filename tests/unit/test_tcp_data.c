@@ -254,8 +254,6 @@ static void test_two_peers(void **state)
 	free(src);
 }
 
-/* Connected, listening, nothing to do: threads sleep in poll(). Tolerant
- * bound: 5% of a core over 1 s (clock ticks are 10 ms coarse). */
 /* One write at a time until one goes the direct way (the lane thread idle
  * by then: it is, once its HELLO is done); its completion is the owner's. */
 static void direct_one(struct fx *f, struct pd_xfer *x)
@@ -319,6 +317,7 @@ static void test_direct_timeout(void **state)
 	static uint8_t src[2][4 * KIB];
 	struct pd_xfer x[2];
 	struct pd_cpl cpl[3];
+	uint64_t d0;
 
 	c.io_ms = 300;
 	fx_open(f, &c);
@@ -329,7 +328,9 @@ static void test_direct_timeout(void **state)
 	fx_connect(f, FX_TOKEN);
 	direct_one(f, &x[0]);
 	fx_gate_set(f, fx_get(f, &f->claims), 0);
+	d0 = fx_stats(f->tx).direct_tx;
 	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
+	assert_int_equal(fx_stats(f->tx).direct_tx, d0 + 1); /* the direct way, not a lane's */
 	assert_int_equal(fx_wait(f->tx, cpl, 2, FX_WAIT_MS), 2);
 	assert_int_equal(cpl[0].cookie, 1);
 	assert_int_equal(cpl[0].status, -ETIMEDOUT);
@@ -348,6 +349,7 @@ static void test_direct_refused(void **state)
 	static uint8_t src[2][4 * KIB];
 	struct pd_xfer x[2];
 	struct pd_cpl cpl[3];
+	uint64_t d0;
 
 	fx_open(f, &c);
 	for (uint32_t i = 0; i < 2; i++) {
@@ -357,7 +359,9 @@ static void test_direct_refused(void **state)
 	x[1].gen = 2; /* not the granted generation: claim refuses it */
 	fx_connect(f, FX_TOKEN);
 	direct_one(f, &x[0]);
+	d0 = fx_stats(f->tx).direct_tx;
 	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
+	assert_int_equal(fx_stats(f->tx).direct_tx, d0 + 1); /* the direct way, not a lane's */
 	assert_int_equal(fx_wait(f->tx, cpl, 2, FX_WAIT_MS), 2);
 	assert_int_equal(cpl[0].cookie, 1);
 	assert_true(cpl[0].status == -ECONNRESET || cpl[0].status == -EPIPE);
