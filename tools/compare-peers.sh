@@ -117,31 +117,32 @@ iperf3_gbs() {
 # ucx_perftest TLS TEST BYTES: GB/s from its final line (column 6: MiB/s overall)
 ucx_gbs() {
 	command -v ucx_perftest >/dev/null || return 1
-	local port n rc; port=$(free_port)
+	local port n rc srv; port=$(free_port)
 	n=$(( (SECONDS_RUN << 30) / $3 )); [ "$n" -lt 32 ] && n=32
 	UCX_TLS=$1 UCX_NET_DEVICES=lo timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
+	srv=$!
 	sleep 0.5
 	UCX_TLS=$1 UCX_NET_DEVICES=lo timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$2" \
 		-s "$3" -n "$n" -w $((n / 10 + 4)) -f 2>/dev/null |
 		awk 'NF == 8 && $1 ~ /^[0-9]+$/ { v = $6 } END { if (v) printf "%.2f\n", v * 1048576 / 1e9; else exit 1 }'
 	rc=$?
-	wait
+	kill "$srv" 2>/dev/null # a client that failed at once leaves it waiting
+	wait "$srv" 2>/dev/null
 	return $rc
 }
 
 # pdbench --sweep, one row at BYTES: "GB/s avg-us p99-us" (fails unless every
-# byte verified).
+# byte verified). Its JSON and what it said stay in $OUT (pdbench-SIZE.*).
 pdbench_row() {
-	local json rc
-	json=$(mktemp /tmp/pdkv-compare.XXXXXX.json)
+	local json=$OUT/pdbench-$1.json log=$OUT/pdbench-$1.log rc
 	"$B/pdbench" --local --prefill 1 --decode 1 --tp 1 --sweep-chunks "$1" --sweep-batch 16 \
-		--sweep-conc 4 --sweep-bytes "$PD_BYTES" --json "$json" --quiet >/dev/null 2>&1
+		--sweep-conc 4 --sweep-bytes "$PD_BYTES" --json "$json" --quiet >"$log" 2>&1
 	rc=$?
 	[ $rc = 0 ] && python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))["rows"][0]
 print("%.2f %.0f %.0f" % (r["gb_per_s"], r["lat_avg_us"], r["lat_p99_us"]))' "$json"
 	rc=$((rc | $?))
-	rm -f "$json"
+	[ $rc = 0 ] || echo "compare-peers: pdbench at $1 failed: see $log" >&2
 	return $rc
 }
 

@@ -216,6 +216,7 @@ static void test_warmup_not_in_figures(void **state)
 	assert_true(num(&b, "requests") == 16 && num(&b, "requests_ok") == 16);
 	assert_true(num(&b, "bytes") == 10.0 * 2 * 4 * SLOT);
 	assert_true(num(&b, "sender_admit_samples") == 10);
+	assert_true(num(&b, "xfer_samples") == 10); /* the transfers timed: not the warm-up's */
 	assert_true(num(&b, "moved_tcp_bytes") >= 16.0 * 2 * 4 * SLOT);
 	bench_free(&b);
 }

@@ -224,6 +224,8 @@ static void stage(struct eng *e, struct ereq *r)
 		abort_self(e, r);
 		return;
 	}
+	if (!r->out.t_put) /* the first try: a full ring's later steps are in it */
+		r->out.t_put = pd_now_ns();
 	rc = pd_put(e->w->a, &pb);
 	if (rc < 0 && rc != -ENOTCONN)
 		(void)pd_slot_release(e->w->a, e->st.refs, n); /* not taken */
@@ -235,8 +237,7 @@ static void stage(struct eng *e, struct ereq *r)
 		fail(e, r, rc);
 		return;
 	}
-	if (!r->next++)
-		r->out.t_put = pd_now_ns();
+	r->next++;
 	if (!abort_after_put(e, r, b) && r->next == r->r.nb)
 		to_wait(r);
 }

@@ -70,7 +70,7 @@ struct pd_bench_sout {
 	int32_t ev_status;
 	int gone;                    /* the broker went away */
 	uint64_t t_decl, t_admit;    /* MONOTONIC ns, 0: none */
-	uint64_t t_put, t_event;     /* its first pd_put returned; its event arrived */
+	uint64_t t_put, t_event;     /* its first pd_put was called; its event arrived */
 	uint32_t deferred;           /* pd_alloc answers -EAGAIN */
 	uint32_t steps, sleeps, fd_wakes; /* --engine step: since its previous report */
 };
