@@ -31,11 +31,15 @@ static inline void *pd_zmq_rep_main(void *arg)
 	return NULL;
 }
 
-/* The p-th percentile (0..100) of n sorted samples, in µs. */
+/* The p-th percentile (0..100) of n sorted samples, in µs: the nearest
+ * rank, as pdbench's figures (pd_bench_quantile_us) are. */
 static inline double pd_pct_us(const uint64_t *sorted, uint32_t n, uint32_t p)
 {
-	uint32_t i = (uint32_t)((uint64_t)n * p / 100);
+	uint32_t i = (uint32_t)(((uint64_t)n * p + 99) / 100);
 
+	if (n == 0)
+		return 0.0;
+	i = i ? i - 1 : 0;
 	return (double)sorted[i < n ? i : n - 1] / 1e3;
 }
 
