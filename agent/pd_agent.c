@@ -102,16 +102,26 @@ static void close_fds(int *fds, uint32_t n)
 	((1u << PD_REGION_CONTROL) | (1u << PD_REGION_SEND_POOL) | (1u << PD_REGION_AGENTS) | \
 	 (1u << PD_REGION_SEND_ARENA))
 
+/* The arena file, when the segment has one: the one the ack describes. */
+static int map_arenas(struct pd_segment *seg, int arena_fd, const struct pd_attach_ack *ack)
+{
+	if (!seg->arena_file)
+		return ack->arena_size ? -EPROTO : 0;
+	if (ack->arena_size != seg->arena_size || arena_fd < 0)
+		return -EPROTO;
+	return pd_segment_map_arenas(seg, arena_fd, 0);
+}
+
 /* Map the segment the broker sent and find our rings in it. */
-static int map_segment(struct pd_agent *a, int seg_fd, const struct pd_attach_ack *ack)
+static int map_segment(struct pd_agent *a, const int *fds, const struct pd_attach_ack *ack)
 {
 	struct pd_segment seg;
-	int rc = pd_segment_attach_fd(seg_fd, 0, 1000, &seg, NULL, 0);
+	int rc = pd_segment_attach_fd(fds[0], 0, 1000, &seg, NULL, 0);
 
 	if (rc < 0)
 		return rc;
 	if (seg.len != ack->segment_size || seg.hdr->epoch != ack->epoch ||
-	    pd_layout_open(&seg, &a->shm, NULL, 0) < 0) {
+	    map_arenas(&seg, fds[3], ack) < 0 || pd_layout_open(&seg, &a->shm, NULL, 0) < 0) {
 		pd_segment_destroy(&seg);
 		return -EPROTO;
 	}
@@ -173,7 +183,7 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 {
 	struct pd_attach_hello h;
 	struct pd_attach_ack ack;
-	int fds[PD_ATTACH_NFDS] = { -1, -1, -1 };
+	int fds[PD_ATTACH_NFDS] = { -1, -1, -1, -1 };
 	uint32_t ms = o->attach_timeout_ms ? o->attach_timeout_ms : AG_ATTACH_MS;
 	char path[256];
 	int rc = sock_path(o, path, sizeof(path));
@@ -186,8 +196,10 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 	rc = pd_attach_connect(path, &h, ms, &ack, fds, &a->sock, NULL, 0);
 	if (rc < 0)
 		return rc;
-	rc = map_segment(a, fds[0], &ack);
+	rc = map_segment(a, fds, &ack);
 	(void)close(fds[0]);
+	if (fds[3] >= 0)
+		(void)close(fds[3]); /* the mapping keeps the file */
 	if (rc == 0 && (o->roles & PD_AGENT_SEND))
 		prefault(a, PD_REGION_SEND_ARENA, 1); /* the arena it copies into */
 	if (rc == 0 && (o->roles & PD_AGENT_RECV))

@@ -232,7 +232,8 @@ static int check_ack(const struct ack_rx *rx, char *err, size_t errlen)
 		pd_err_set(err, errlen, "broker refused: %s", pd_strerror(a->status));
 		return 0;
 	}
-	if (rx->nfds != (a->status < 0 ? 0 : PD_ATTACH_NFDS) || a->agent_id == 0) {
+	if (rx->nfds != (a->status < 0 ? 0 : a->arena_size ? PD_ATTACH_NFDS : PD_ATTACH_NFDS_MIN) ||
+	    a->agent_id == 0) {
 		pd_err_set(err, errlen, "malformed ack (status %d with %u fds, agent id %u)",
 			   a->status, rx->nfds, a->agent_id);
 		return -EPROTO;
@@ -297,7 +298,8 @@ int pd_attach_connect(const char *path, const struct pd_attach_hello *hello,
 	rc = rx.ack.status;
 	if (rc < 0)
 		goto out_close_sock; /* refused: no fds came */
-	memcpy(fds, rx.fds, sizeof(rx.fds));
+	for (uint32_t i = 0; i < PD_ATTACH_NFDS; i++)
+		fds[i] = i < rx.nfds ? rx.fds[i] : -1;
 	*sock_out = fd;
 	return 0;
 

@@ -20,11 +20,12 @@ void pd_attach_hello_init(struct pd_attach_hello *h, uint32_t roles, uint32_t tp
 /**
  * Attach to the broker listening on path: connect (retrying while the
  * socket is missing or refuses: the broker may be starting), send hello,
- * receive the ack and, when it accepts, its PD_ATTACH_NFDS fds. Everything
+ * receive the ack and, when it accepts, its fds. Everything
  * together takes at most timeout_ms (0: one try of each step, no waiting).
  *
  * The ack is validated (magic, version, status, agent id, exactly
- * PD_ATTACH_NFDS fds on success and none on a refusal, segment_size equal
+ * PD_ATTACH_NFDS_MIN fds on success, one more with an arena file, and
+ * none on a refusal, segment_size equal
  * to the size of fds[0]); every fd received is closed on any failure.
  * The fds arrive close-on-exec.
  *

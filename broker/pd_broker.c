@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* pdbroker: build, run, tear down. */
 #include <errno.h>
+#include <inttypes.h>
 #include <grp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -218,17 +219,23 @@ static void log_pages(const struct pd_broker *b)
 {
 	char why[160];
 
-	if (b->shm.seg.page_size == PD_HUGE_PAGE) {
-		PD_LOG(INFO, broker, "staging arenas in 2 MiB huge pages");
+	if (b->shm.seg.arena_file) {
+		PD_LOG(INFO, broker, "staging arenas in 2 MiB hugetlb pages (%" PRIu64 " pages)",
+		       b->shm.seg.arena_size / PD_HUGE_PAGE);
 		return;
 	}
 	if (b->cfg.hugepages == PD_HUGE_OFF) {
 		PD_LOG(INFO, broker, "staging arenas in 4 KiB pages (--hugepages off)");
 		return;
 	}
+	if (b->shm.seg.page_size == PD_HUGE_PAGE) {
+		PD_LOG(INFO, broker, "staging arenas in 2 MiB transparent huge pages of "
+		       "/dev/shm (not hugetlb: %s)", b->shm.seg.pages_why);
+		return;
+	}
 	pd_pages_why_not(why, sizeof(why));
-	PD_LOG(INFO, broker, "staging arenas in 4 KiB pages: %s (huge=within_size gives "
-	       "2 MiB pages)", why);
+	PD_LOG(INFO, broker, "staging arenas in 4 KiB pages: %s; %s (vm.nr_hugepages or "
+	       "huge=within_size gives 2 MiB pages)", b->shm.seg.pages_why, why);
 }
 
 static int make_shm(struct pd_broker *b, char *err, size_t errlen)

@@ -14,7 +14,9 @@
  *                     status == 0: [0] the segment (read-write),
  *                     [1] the agent's doorbell eventfd (broker -> agent:
  *                     completions), [2] the broker's doorbell eventfd
- *                     (agent -> broker: submissions)
+ *                     (agent -> broker: submissions), and when
+ *                     arena_size != 0 [3] the arena file (read-write:
+ *                     the segment's arenas are in it, pd_hugetlb.h)
  *
  * The broker checks the peer's credentials (SO_PEERCRED: same uid, or
  * member of the broker's --group) and refuses with status -EACCES; a hello
@@ -24,7 +26,8 @@
 
 #define PD_ATTACH_MAGIC   0x48434154u /* "TACH" */
 #define PD_ATTACH_VERSION 1u
-#define PD_ATTACH_NFDS    3u
+#define PD_ATTACH_NFDS_MIN 3u /* an acceptance without an arena file */
+#define PD_ATTACH_NFDS    4u  /* at most */
 
 /* Agent roles (bit flags: a node may send and receive). */
 #define PD_ROLE_SEND 0x1u
@@ -53,7 +56,8 @@ struct pd_attach_ack {
 	uint32_t agent_id;      /* 1..PD_MAX_AGENTS; index into the agent table */
 	uint64_t epoch;         /* the broker's epoch (as in the segment header) */
 	uint64_t segment_size;  /* must equal the segment fd's size */
-	uint8_t  _rsvd[32];
+	uint64_t arena_size;    /* 0, or the arena file's size (fd [3]) */
+	uint8_t  _rsvd[24];
 };
 _Static_assert(sizeof(struct pd_attach_ack) == 64, "attach ABI");
 

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "pd_err.h"
+#include "pd_hugetlb.h"
 #include "pd_log.h"
 #include "pd_pages.h"
 #include "pd_segment.h"
@@ -48,14 +50,22 @@ static uint64_t region_align(uint32_t id)
 									 : PD_REGION_PAGE;
 }
 
-/* Lay out the regions after the header; returns the total size or 0. */
-static uint64_t layout(const struct pd_segment_opts *o, struct pd_shm_region *r)
+static int is_arena(uint32_t id)
+{
+	return id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA;
+}
+
+/* Lay out the regions after the header (but the arenas when they go into
+ * the arena file); returns the total size or 0. */
+static uint64_t layout(const struct pd_segment_opts *o, struct pd_shm_region *r, int split)
 {
 	uint64_t off = PD_SHM_HDR_SIZE;
 
 	for (uint32_t i = 0; i < PD_REGION_MAX; i++) {
 		uint64_t len = o->region_len[i];
 
+		if (split && is_arena(i))
+			continue;
 		r[i].off = r[i].len = 0;
 		if (len == 0)
 			continue;
@@ -67,6 +77,28 @@ static uint64_t layout(const struct pd_segment_opts *o, struct pd_shm_region *r)
 		off += PD_ALIGN_UP(len, (uint64_t)PD_REGION_PAGE);
 	}
 	return PD_ALIGN_UP(off, (uint64_t)PD_REGION_PAGE);
+}
+
+/* The arenas in a file of their own, each on whole huge pages (so that a
+ * mapping can protect one); returns that file's size, 0 when it would be
+ * empty or too large. */
+static uint64_t layout_arenas(const struct pd_segment_opts *o, struct pd_shm_region *r)
+{
+	uint64_t off = 0;
+
+	for (uint32_t i = PD_REGION_SEND_ARENA; i <= PD_REGION_RECV_ARENA; i++) {
+		uint64_t len = o->region_len[i];
+
+		r[i].off = r[i].len = 0;
+		if (len == 0)
+			continue;
+		if (len > (1ull << 44))
+			return 0;
+		r[i].off = off;
+		r[i].len = len;
+		off += PD_ALIGN_UP(len, (uint64_t)PD_HUGETLB_PAGE);
+	}
+	return off;
 }
 
 static int read_hdr(int fd, struct pd_shm_hdr *h)
@@ -228,14 +260,15 @@ static uint64_t arena_bytes(const struct pd_shm_region *r, uint64_t align)
 }
 
 /* Allocate and map every page now (a first touch of shared memory during a
- * copy costs more than the copy): the arenas in huge pages as o->hugepages
- * says, asked for before their pages exist. */
+ * copy costs more than the copy): the arenas, when they are in this file,
+ * in huge pages as o->hugepages says, asked for before their pages exist. */
 static int fill_pages(uint8_t *p, int fd, const struct pd_segment_opts *o,
-		      const struct pd_shm_region *r, uint64_t total)
+		      const struct pd_shm_region *r, uint64_t total, int split)
 {
 	int rc = 0;
 
-	for (uint32_t id = PD_REGION_SEND_ARENA; rc == 0 && id <= PD_REGION_RECV_ARENA; id++)
+	for (uint32_t id = PD_REGION_SEND_ARENA; !split && rc == 0 && id <= PD_REGION_RECV_ARENA;
+	     id++)
 		rc = pd_pages_advise(p + r[id].off, r[id].len, o->hugepages);
 	if (rc == 0)
 		rc = pd_pages_populate(p, total, 1);
@@ -257,23 +290,29 @@ static int check_pages(struct pd_segment *s, const struct pd_segment_opts *o, ch
 	const struct pd_shm_region *z = &s->regions[PD_REGION_RECV_ARENA];
 	uint64_t need = arena_bytes(s->regions, PD_HUGE_PAGE);
 	uint64_t lo = a->len ? a->off : z->off, hi = z->len ? z->off + z->len : a->off + a->len;
-	int64_t huge = need ? pd_pages_huge_bytes((uint8_t *)s->base + lo, hi - lo) : 0;
+	int64_t huge;
 	char why[160];
 
+	if (s->arena_file) {
+		s->page_size = PD_HUGETLB_PAGE;
+		return 0;
+	}
+	huge = need ? pd_pages_huge_bytes((uint8_t *)s->base + lo, hi - lo) : 0;
 	s->page_size = need && huge >= (int64_t)need ? PD_HUGE_PAGE : PD_REGION_PAGE;
 	if (o->hugepages != PD_HUGE_ON || s->page_size == PD_HUGE_PAGE)
 		return 0;
 	pd_pages_why_not(why, sizeof(why));
 	pd_err_set(err, errlen, "--hugepages on: the staging arenas need %" PRIu64 " huge "
-		   "pages of 2 MiB and got %" PRId64 " (%s); remount /dev/shm with "
-		   "huge=within_size, or start with --hugepages auto", need / PD_HUGE_PAGE,
-		   huge > 0 ? huge / PD_HUGE_PAGE : 0, why);
+		   "pages of 2 MiB and got %" PRId64 " (%s; %s); reserve them with "
+		   "sysctl vm.nr_hugepages, remount /dev/shm with huge=within_size, or start "
+		   "with --hugepages auto", need / PD_HUGE_PAGE,
+		   huge > 0 ? huge / PD_HUGE_PAGE : 0, s->pages_why, why);
 	return -ENOMEM;
 }
 
 /* Size and map; NULL with *rc set. */
 static void *size_and_map(int fd, const struct pd_segment_opts *o,
-			  const struct pd_shm_region *r, uint64_t total, int *rc)
+			  const struct pd_shm_region *r, uint64_t total, int split, int *rc)
 {
 	void *p;
 
@@ -286,7 +325,7 @@ static void *size_and_map(int fd, const struct pd_segment_opts *o,
 		*rc = -errno;
 		return NULL;
 	}
-	*rc = fill_pages(p, fd, o, r, total);
+	*rc = fill_pages(p, fd, o, r, total, split);
 	if (*rc < 0) {
 		(void)munmap(p, total);
 		return NULL;
@@ -295,7 +334,7 @@ static void *size_and_map(int fd, const struct pd_segment_opts *o,
 }
 
 static void fill_hdr(struct pd_shm_hdr *h, const struct pd_segment_opts *o,
-		     const struct pd_shm_region *r, uint64_t total)
+		     const struct pd_segment *s)
 {
 	struct timespec now;
 
@@ -303,9 +342,12 @@ static void fill_hdr(struct pd_shm_hdr *h, const struct pd_segment_opts *o,
 	h->abi_major = PD_SHM_ABI_MAJOR;
 	h->abi_minor = PD_SHM_ABI_MINOR;
 	h->hdr_size = PD_SHM_HDR_SIZE;
-	h->total_size = total;
+	h->total_size = s->len;
 	h->compat_features = PD_SHM_COMPAT_KNOWN;
-	h->incompat_features = PD_SHM_INCOMPAT_KNOWN;
+	h->incompat_features = s->arena_file ? PD_SHM_INCOMPAT_ARENA_FILE : 0;
+	h->arena_size = s->arena_size;
+	h->arena_fd = s->arena_file ? s->arena_fd : -1;
+	h->arena_page = s->arena_file ? PD_HUGETLB_PAGE : 0;
 	h->broker_pid = (int32_t)getpid();
 	h->nregions = PD_REGION_MAX;
 	if (pd_pid_start_time(h->broker_pid, &h->broker_start_ticks) < 0)
@@ -315,57 +357,92 @@ static void fill_hdr(struct pd_shm_hdr *h, const struct pd_segment_opts *o,
 	h->epoch = o->epoch;
 	atomic_store_explicit(&h->state, PD_SHM_INITIALIZING, memory_order_relaxed);
 	memcpy(h->name, o->name, strlen(o->name) + 1);
-	memcpy(h->regions, r, sizeof(h->regions));
+	memcpy(h->regions, s->regions, sizeof(h->regions));
+}
+
+/* With --hugepages auto or on, the arenas in hugetlb pages when the pool
+ * has enough free (out->arena_*); else why not, in out->pages_why. */
+static void try_arena_file(const struct pd_segment_opts *o, struct pd_segment *out)
+{
+	char label[PD_SHM_NAME_MAX + 16];
+	uint64_t len;
+
+	if (o->hugepages == PD_HUGE_OFF)
+		return;
+	len = layout_arenas(o, out->regions);
+	if (len == 0)
+		return;
+	(void)snprintf(label, sizeof(label), "pdkv.%s.arenas", o->name);
+	if (pd_hugetlb_create(label, len, &out->arena_fd, &out->arena_base, out->pages_why,
+			      sizeof(out->pages_why)) < 0)
+		return;
+	out->arena_file = 1;
+	out->arena_size = len;
+}
+
+/* Everything but the file, its lock and the name: the arena file, the
+ * layout, the mapping and the header. */
+static int build(const struct pd_segment_opts *o, int fd, struct pd_segment *out, char *err,
+		 size_t errlen)
+{
+	int rc = 0;
+
+	try_arena_file(o, out);
+	out->len = layout(o, out->regions, out->arena_file);
+	if (out->len == 0) {
+		pd_err_set(err, errlen, "region too large");
+		pd_segment_unmap_arenas(out);
+		return -EINVAL;
+	}
+	out->base = size_and_map(fd, o, out->regions, out->len, out->arena_file, &rc);
+	if (!out->base) {
+		pd_err_set(err, errlen, "cannot size or map %zu bytes: %s", out->len,
+			   pd_strerror(rc));
+		pd_segment_unmap_arenas(out);
+		return rc;
+	}
+	out->hdr = out->base;
+	fill_hdr(out->hdr, o, out);
+	rc = check_pages(out, o, err, errlen);
+	if (rc < 0) {
+		(void)munmap(out->base, out->len);
+		pd_segment_unmap_arenas(out);
+	}
+	return rc;
 }
 
 int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 		      char *err, size_t errlen)
 {
 	struct pd_shm_region r[PD_REGION_MAX];
-	uint32_t mode;
-	uint64_t total;
-	void *base;
-	int fd, rc, lock_fd = -1;
+	int fd, rc, lock_fd;
 
 	if (!o || !out || !name_ok(o->name)) {
 		pd_err_set(err, errlen, "bad segment name (1..%u of [A-Za-z0-9._-])",
 			   PD_SHM_NAME_MAX);
 		return -EINVAL;
 	}
-	total = layout(o, r);
-	if (total == 0) {
+	if (layout(o, r, 0) == 0) {
 		pd_err_set(err, errlen, "region too large");
 		return -EINVAL;
 	}
-	mode = o->mode ? o->mode : 0660;
-	fd = open_excl(o->name, mode, err, errlen);
+	fd = open_excl(o->name, o->mode ? o->mode : 0660, err, errlen);
 	if (fd < 0)
 		return fd;
 	/* Locked before the magic is written, held until destroy: the lock is
 	 * what tells a live broker from a dead one (pd_segment_probe()). */
 	lock_fd = pd_seglock_take(o->name, fd);
-	if (lock_fd < 0) {
-		rc = lock_fd;
+	rc = lock_fd < 0 ? lock_fd : 0;
+	if (rc < 0) {
 		pd_err_set(err, errlen, "cannot lock the segment: %s", pd_strerror(rc));
 		goto out_unlink;
 	}
-	rc = 0;
-	base = size_and_map(fd, o, r, total, &rc);
-	if (!base) {
-		pd_err_set(err, errlen, "cannot size or map %" PRIu64 " bytes: %s", total,
-			   pd_strerror(rc));
-		goto out_unlink;
-	}
-	fill_hdr(base, o, r, total);
-	*out = (struct pd_segment){ .hdr = base, .base = base, .len = total, .fd = fd,
-				    .owner = 1, .lock_fd = lock_fd };
+	*out = (struct pd_segment){ .fd = fd, .owner = 1, .lock_fd = lock_fd, .arena_fd = -1 };
 	memcpy(out->name, o->name, strlen(o->name) + 1);
-	memcpy(out->regions, r, sizeof(r));
-	rc = check_pages(out, o, err, errlen);
+	rc = build(o, fd, out, err, errlen);
 	if (rc == 0)
 		return 0;
-	(void)munmap(base, total);
-	*out = (struct pd_segment){ .fd = -1, .lock_fd = -1 };
+	*out = (struct pd_segment){ .fd = -1, .lock_fd = -1, .arena_fd = -1 };
 
 out_unlink:
 	(void)pd_segment_unlink(o->name);

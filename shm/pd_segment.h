@@ -31,6 +31,12 @@ struct pd_segment {
 				 * until destroy: what says the broker lives */
 	uint32_t page_size;     /* owner: the arenas' pages (PD_HUGE_PAGE when every
 				 * whole 2 MiB of them is a huge page), else 0 */
+	uint32_t arena_file;    /* 1: the arenas are in the arena file (pd_hugetlb.h) */
+	uint64_t arena_size;    /* its size (validated copy) */
+	int32_t  arena_fd_num;  /* its fd number in the broker */
+	int      arena_fd;      /* here: -1 until pd_segment_map_arenas() */
+	void    *arena_base;    /* here: NULL until mapped (its regions are then NULL) */
+	char     pages_why[128]; /* owner: why the arenas are not in hugetlb pages */
 	char     name[PD_SHM_NAME_MAX + 1];
 	struct pd_shm_region regions[PD_REGION_MAX]; /* validated private copy */
 };
@@ -96,7 +102,19 @@ int pd_segment_attach_fd(int fd, uint32_t flags, uint32_t timeout_ms,
  */
 int pd_segment_validate(const struct pd_shm_hdr *h, size_t maplen, char *err, size_t errlen);
 
-/* Base of region id, or NULL when absent; *len gets its length. */
+/**
+ * Map the arena file of an attached segment (s->arena_file) from fd (dup'ed;
+ * the caller keeps its own), read-only with PD_SEG_RDONLY: after this,
+ * pd_segment_region() finds the arenas.
+ * @return 0; -EINVAL no arena file, or already mapped; -EPROTO fd is not a
+ *         hugetlb file of the header's arena_size; -errno from mmap.
+ */
+int pd_segment_map_arenas(struct pd_segment *s, int fd, uint32_t flags);
+/* Unmap and close the arena file here (pd_segment_destroy() does). */
+void pd_segment_unmap_arenas(struct pd_segment *s);
+
+/* Base of region id, or NULL when absent (or an arena of an arena file not
+ * mapped here); *len gets its length. */
 void *pd_segment_region(const struct pd_segment *s, uint32_t id, size_t *len);
 
 /**

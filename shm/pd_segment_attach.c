@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "pd_err.h"
+#include "pd_hugetlb.h"
 #include "pd_segment.h"
 #include "pd_time.h"
 
@@ -28,11 +29,48 @@ static int check_region(const struct pd_shm_region *r, uint32_t i, size_t maplen
 	return 0;
 }
 
-static int check_overlap(const struct pd_shm_region *r, char *err, size_t errlen)
+static int in_arena_file(const struct pd_shm_hdr *h, uint32_t id)
 {
+	return (h->incompat_features & PD_SHM_INCOMPAT_ARENA_FILE) &&
+	       (id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA);
+}
+
+/* An arena in the arena file: on huge pages of its own, inside the file. */
+static int check_arena(const struct pd_shm_region *r, uint32_t i, uint64_t size, char *err,
+		       size_t errlen)
+{
+	if (r->len == 0)
+		return 0;
+	if (r->off % PD_HUGETLB_PAGE || r->len > size || r->off > size - r->len) {
+		pd_err_set(err, errlen, "arena region %u [%" PRIu64 ", +%" PRIu64 ") out of "
+			   "bounds or misaligned (arena file %" PRIu64 " bytes)", i, r->off,
+			   r->len, size);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static int check_arena_file(const struct pd_shm_hdr *h, char *err, size_t errlen)
+{
+	if (!(h->incompat_features & PD_SHM_INCOMPAT_ARENA_FILE))
+		return 0;
+	if (h->arena_size == 0 || h->arena_size % PD_HUGETLB_PAGE ||
+	    h->arena_size > (1ull << 45) || h->arena_page != PD_HUGETLB_PAGE ||
+	    h->arena_fd < 0) {
+		pd_err_set(err, errlen, "corrupt arena file description (%" PRIu64 " bytes, "
+			   "pages %u, fd %d)", h->arena_size, h->arena_page, h->arena_fd);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static int check_overlap(const struct pd_shm_hdr *h, char *err, size_t errlen)
+{
+	const struct pd_shm_region *r = h->regions;
+
 	for (uint32_t i = 0; i < PD_REGION_MAX; i++) {
 		for (uint32_t j = i + 1; j < PD_REGION_MAX; j++) {
-			if (!r[i].len || !r[j].len)
+			if (!r[i].len || !r[j].len || in_arena_file(h, i) != in_arena_file(h, j))
 				continue;
 			if (r[i].off < r[j].off + r[j].len && r[j].off < r[i].off + r[i].len) {
 				pd_err_set(err, errlen, "regions %u and %u overlap", i, j);
@@ -89,12 +127,11 @@ int pd_segment_validate(const struct pd_shm_hdr *h, size_t maplen, char *err, si
 			   state);
 		return -EPROTO;
 	}
-	for (uint32_t i = 0; i < PD_REGION_MAX; i++) {
-		rc = check_region(&h->regions[i], i, maplen, err, errlen);
-		if (rc < 0)
-			return rc;
-	}
-	return check_overlap(h->regions, err, errlen);
+	rc = check_arena_file(h, err, errlen);
+	for (uint32_t i = 0; rc == 0 && i < PD_REGION_MAX; i++)
+		rc = in_arena_file(h, i) ? check_arena(&h->regions[i], i, h->arena_size, err, errlen)
+					 : check_region(&h->regions[i], i, maplen, err, errlen);
+	return rc < 0 ? rc : check_overlap(h, err, errlen);
 }
 
 /* Wait while the broker is still initialising; the acquire load pairs with
@@ -144,7 +181,9 @@ static int map_checked(int fd, uint32_t flags, uint32_t timeout_ms, struct pd_se
 		return rc;
 	}
 	*out = (struct pd_segment){ .hdr = base, .base = base, .len = (size_t)st.st_size,
-				    .fd = fd, .flags = flags };
+				    .fd = fd, .flags = flags, .arena_fd = -1,
+				    .arena_file = in_arena_file(&copy, PD_REGION_SEND_ARENA),
+				    .arena_size = copy.arena_size, .arena_fd_num = copy.arena_fd };
 	memcpy(out->name, copy.name, sizeof(out->name));
 	memcpy(out->regions, copy.regions, sizeof(out->regions));
 	return 0;
@@ -185,6 +224,11 @@ int pd_segment_attach(const char *name, uint32_t flags, uint32_t timeout_ms,
 	return rc;
 }
 
+static int is_arena_here(const struct pd_segment *s, uint32_t id)
+{
+	return s->arena_file && (id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA);
+}
+
 void *pd_segment_region(const struct pd_segment *s, uint32_t id, size_t *len)
 {
 	const struct pd_shm_region *r;
@@ -194,7 +238,46 @@ void *pd_segment_region(const struct pd_segment *s, uint32_t id, size_t *len)
 	r = &s->regions[id];
 	if (len)
 		*len = r->len;
-	return r->len ? (uint8_t *)s->base + r->off : NULL;
+	if (!r->len)
+		return NULL;
+	if (is_arena_here(s, id))
+		return s->arena_base ? (uint8_t *)s->arena_base + r->off : NULL;
+	return (uint8_t *)s->base + r->off;
+}
+
+void pd_segment_unmap_arenas(struct pd_segment *s)
+{
+	if (s->arena_base) {
+		(void)munmap(s->arena_base, s->arena_size);
+		(void)close(s->arena_fd);
+	}
+	s->arena_base = NULL;
+	s->arena_fd = -1;
+}
+
+int pd_segment_map_arenas(struct pd_segment *s, int fd, uint32_t flags)
+{
+	int prot = flags & PD_SEG_RDONLY ? PROT_READ : PROT_READ | PROT_WRITE;
+	int dfd, rc;
+	void *m;
+
+	if (!s || !s->base || !s->arena_file || s->arena_base || fd < 0)
+		return -EINVAL;
+	rc = pd_hugetlb_check(fd, s->arena_size);
+	if (rc < 0)
+		return rc;
+	dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (dfd < 0)
+		return -errno;
+	m = mmap(NULL, s->arena_size, prot, MAP_SHARED, dfd, 0);
+	if (m == MAP_FAILED) {
+		rc = -errno;
+		(void)close(dfd);
+		return rc;
+	}
+	s->arena_base = m;
+	s->arena_fd = dfd;
+	return 0;
 }
 
 void pd_segment_destroy(struct pd_segment *s)
@@ -209,6 +292,7 @@ void pd_segment_destroy(struct pd_segment *s)
 			(void)close(s->lock_fd);
 		s->lock_fd = -1;
 	}
+	pd_segment_unmap_arenas(s);
 	(void)munmap(s->base, s->len);
 	(void)close(s->fd);
 	s->base = NULL;
@@ -236,8 +320,15 @@ int pd_segment_protect(struct pd_segment *s, uint32_t rw)
 		if (s->regions[i].len && s->regions[i].off % PD_REGION_PAGE)
 			return -ENOTSUP;
 	rc = protect_range(s, 0, PD_SHM_HDR_SIZE);
-	for (uint32_t i = 0; rc == 0 && i < PD_REGION_MAX; i++)
-		if (s->regions[i].len && !(rw & (1u << i)))
+	for (uint32_t i = 0; rc == 0 && i < PD_REGION_MAX; i++) {
+		if (!s->regions[i].len || (rw & (1u << i)))
+			continue;
+		if (!is_arena_here(s, i))
 			rc = protect_range(s, s->regions[i].off, s->regions[i].len);
+		else if (s->arena_base) /* whole huge pages (layout_arenas()) */
+			rc = mprotect((uint8_t *)s->arena_base + s->regions[i].off,
+				      PD_ALIGN_UP(s->regions[i].len, (uint64_t)PD_HUGETLB_PAGE),
+				      PROT_READ) ? -errno : 0;
+	}
 	return rc;
 }

@@ -26,7 +26,11 @@
 #define PD_SHM_DEAD         4u
 
 /* Feature bits: an attacher refuses unknown incompat bits, ignores compat. */
-#define PD_SHM_INCOMPAT_KNOWN UINT64_C(0)
+/* The arenas (PD_REGION_SEND_ARENA, PD_REGION_RECV_ARENA) are not in this
+ * file but in the arena file: arena_size bytes of 2 MiB hugetlb pages
+ * (pd_hugetlb.h); their offsets are in that file. */
+#define PD_SHM_INCOMPAT_ARENA_FILE UINT64_C(0x1)
+#define PD_SHM_INCOMPAT_KNOWN PD_SHM_INCOMPAT_ARENA_FILE
 #define PD_SHM_COMPAT_KNOWN   UINT64_C(0)
 
 /* Region table indices. */
@@ -84,7 +88,10 @@ struct pd_shm_hdr {
 	char     name[PD_SHM_NAME_MAX + 1];
 	struct pd_shm_region regions[PD_REGION_MAX];
 	_Atomic uint64_t stats[PD_STAT_MAX]; /* writer: broker; readers: anyone */
-	uint8_t  reserved[48];
+	uint64_t arena_size;         /* PD_SHM_INCOMPAT_ARENA_FILE: the arena file's size */
+	int32_t  arena_fd;           /* ... and its fd in the broker (/proc/<pid>/fd/<n>) */
+	uint32_t arena_page;         /* ... and its page size */
+	uint8_t  reserved[32];
 };
 
 _Static_assert(sizeof(struct pd_shm_hdr) == PD_SHM_HDR_SIZE, "header size is ABI");
@@ -100,5 +107,6 @@ _Static_assert(offsetof(struct pd_shm_hdr, state) == 72, "ABI");
 _Static_assert(offsetof(struct pd_shm_hdr, name) == 80, "ABI");
 _Static_assert(offsetof(struct pd_shm_hdr, regions) == 144, "ABI");
 _Static_assert(offsetof(struct pd_shm_hdr, stats) == 272, "ABI");
+_Static_assert(offsetof(struct pd_shm_hdr, arena_size) == 464, "ABI");
 
 #endif

@@ -312,7 +312,7 @@ static inline int child_send_api(int fd, const struct bcfg *c)
 {
 	int fds[PD_ATTACH_NFDS];
 
-	if (c->ack.status == 0 && child_make_fds(fds, PD_ATTACH_NFDS) < 0)
+	if (c->ack.status == 0 && child_make_fds(fds, PD_ATTACH_NFDS_MIN) < 0)
 		return -1;
 	return pd_attach_send_ack(fd, &c->ack, c->ack.status == 0 ? fds : NULL);
 }

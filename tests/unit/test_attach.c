@@ -460,7 +460,8 @@ static void test_attach_end_to_end(void **state)
 	assert_int_equal(f->ack.status, 0);
 	assert_int_equal(f->ack.agent_id, AGENT_ID);
 	assert_int_equal(f->ack.epoch, EPOCH);
-	for (unsigned i = 0; i < PD_ATTACH_NFDS; i++) {
+	assert_int_equal(f->fds[3], -1); /* no arena file */
+	for (unsigned i = 0; i < PD_ATTACH_NFDS_MIN; i++) {
 		fl = fcntl(f->fds[i], F_GETFD);
 		assert_true(fl >= 0 && (fl & FD_CLOEXEC));
 	}

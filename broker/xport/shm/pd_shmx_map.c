@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "pd_err.h"
+#include "pd_hugetlb.h"
 #include "pd_layout.h"
 #include "pd_shmx_int.h"
 #include "pd_sync.h"
@@ -29,6 +30,8 @@ struct geo {
 	uint32_t nslots;
 	int32_t pid;
 	uint64_t start_ticks;
+	uint64_t arena_size;  /* an arena file's (0: the arena is in the segment) */
+	int32_t arena_fd;     /* ... and its fd in that broker */
 };
 
 /* That broker's, this incarnation's (the Hello's epoch), and ready. */
@@ -102,6 +105,8 @@ static int read_geo(int fd, const struct pd_shmx_target *t, struct geo *g, char 
 		rc = check_geo(&shm, t, g, err, errlen);
 	g->pid = shm.seg.hdr->broker_pid;
 	g->start_ticks = shm.seg.hdr->broker_start_ticks;
+	g->arena_size = shm.seg.arena_file ? shm.seg.arena_size : 0;
+	g->arena_fd = shm.seg.arena_fd_num;
 	pd_layout_close(&shm);
 	return rc;
 }
@@ -116,17 +121,59 @@ static int broker_visible(int32_t pid, uint64_t start_ticks)
 	return pid > 0 && pd_pid_start_time(pid, &now) == 0 && now == start_ticks;
 }
 
+/*
+ * The peer's arena file (hugetlb pages, no name): its broker's own fd, as
+ * /proc/<pid>/fd/<n>, which the kernel opens for a process allowed to
+ * look into that broker (same user, or root) in the same pid namespace.
+ */
+static int open_arena_file(const struct geo *g, char *err, size_t errlen)
+{
+	char path[64];
+	int fd, rc;
+
+	if (!broker_visible(g->pid, g->start_ticks)) {
+		pd_err_set(err, errlen, "the peer's arenas are in hugetlb pages of its process "
+			   "(pid %d), not visible from this pid namespace", g->pid);
+		return -EPERM;
+	}
+	(void)snprintf(path, sizeof(path), "/proc/%d/fd/%d", g->pid, g->arena_fd);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		pd_err_set(err, errlen, "cannot open the peer's hugetlb arena file %s: %s (a "
+			   "broker of another user?)", path, pd_strerror(rc));
+		return rc;
+	}
+	rc = pd_hugetlb_check(fd, g->arena_size);
+	if (rc < 0) {
+		pd_err_set(err, errlen, "%s is not the peer's arena file", path);
+		(void)close(fd);
+		return -EPROTO;
+	}
+	return fd;
+}
+
 static int map_arena(struct pd_shmx_peer *p, int fd, const struct geo *g, const char *path,
 		     char *err, size_t errlen)
 {
 	size_t len = (size_t)(g->nslots * g->slot_size);
+	int afd;
 	struct stat st;
 	void *m;
 	int rc = pd_sys_rc(fstat(fd, &st));
 
-	if (rc < 0)
-		return rc;
-	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)g->off);
+	if (g->arena_size) /* hugetlb mappings come in whole huge pages */
+		len = PD_ALIGN_UP(len, (size_t)PD_HUGETLB_PAGE);
+	afd = g->arena_size ? open_arena_file(g, err, errlen) : fd;
+
+	if (afd < 0 || rc < 0) {
+		if (afd >= 0 && afd != fd)
+			(void)close(afd);
+		return afd < 0 ? afd : rc;
+	}
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, afd, (off_t)g->off);
+	if (afd != fd)
+		(void)close(afd); /* the mapping keeps the file */
 	if (m == MAP_FAILED) {
 		rc = -errno;
 		pd_err_set(err, errlen, "cannot map the recv arena of %s: %s", path,
@@ -148,7 +195,7 @@ int pd_shmx_map(struct pd_shmx_peer *p, const struct pd_shmx_target *t, char *er
 		size_t errlen)
 {
 	char path[sizeof(PD_SHM_PREFIX) + PD_SHM_NAME_MAX];
-	struct geo g;
+	struct geo g = { 0 };
 	int fd, rc;
 
 	if (pd_segment_path(t->name, path, sizeof(path)) < 0) {
