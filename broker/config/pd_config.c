@@ -106,7 +106,7 @@ static const struct pd_cfg_def pd_cfg[] = {
 	  .max = 3600 * SEC, .def = "1s", .arg = "SEC", .help = "peer heartbeat interval" },
 	{ .name = "hugepages", .type = PD_CFG_T_ENUM, FIELD(hugepages), .names = huge_names,
 	  .nnames = PD_ARRAY_SIZE(huge_names), .def = "auto", .arg = "MODE",
-	  .help = "staging in 2 MiB pages: auto (hugetlb pages when vm.nr_hugepages has enough free, else /dev/shm THP), on, off" },
+	  .help = "2 MiB staging pages: auto (hugetlb, else /dev/shm THP), on, off" },
 	{ .name = "data-threads", .type = PD_CFG_T_U32, FIELD(data_threads), .min = 1, .max = 64,
 	  .def = "2", .arg = "N", .help = "data-plane worker threads" },
 	{ .name = "max-agents", .type = PD_CFG_T_U32, FIELD(max_agents), .min = 1,
