@@ -105,11 +105,9 @@ static void close_fds(int *fds, uint32_t n)
 /* The arena file, when the segment has one: the one the ack describes. */
 static int map_arenas(struct pd_segment *seg, int arena_fd, const struct pd_attach_ack *ack)
 {
-	if (!seg->arena_file)
-		return ack->arena_size ? -EPROTO : 0;
-	if (ack->arena_size != seg->arena_size || arena_fd < 0)
+	if (ack->arena_size != seg->arena_size)
 		return -EPROTO;
-	return pd_segment_map_arenas(seg, arena_fd, 0);
+	return seg->arena_size ? pd_segment_map_arenas(seg, arena_fd, 0) : 0;
 }
 
 /* Map the segment the broker sent and find our rings in it. */

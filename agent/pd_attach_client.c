@@ -232,8 +232,7 @@ static int check_ack(const struct ack_rx *rx, char *err, size_t errlen)
 		pd_err_set(err, errlen, "broker refused: %s", pd_strerror(a->status));
 		return 0;
 	}
-	if (rx->nfds != (a->status < 0 ? 0 : a->arena_size ? PD_ATTACH_NFDS : PD_ATTACH_NFDS_MIN) ||
-	    a->agent_id == 0) {
+	if (rx->nfds != pd_attach_ack_nfds(a) || a->agent_id == 0) {
 		pd_err_set(err, errlen, "malformed ack (status %d with %u fds, agent id %u)",
 			   a->status, rx->nfds, a->agent_id);
 		return -EPROTO;

@@ -219,7 +219,7 @@ static void log_pages(const struct pd_broker *b)
 {
 	char why[160];
 
-	if (b->shm.seg.arena_file) {
+	if (b->shm.seg.arena_size) {
 		PD_LOG(INFO, broker, "staging arenas in 2 MiB hugetlb pages (%" PRIu64 " pages)",
 		       b->shm.seg.arena_size / PD_HUGE_PAGE);
 		return;

@@ -61,4 +61,10 @@ struct pd_attach_ack {
 };
 _Static_assert(sizeof(struct pd_attach_ack) == 64, "attach ABI");
 
+/* The fds an acceptance carries. */
+static inline uint32_t pd_attach_ack_nfds(const struct pd_attach_ack *a)
+{
+	return a->status < 0 ? 0 : a->arena_size ? PD_ATTACH_NFDS : PD_ATTACH_NFDS_MIN;
+}
+
 #endif

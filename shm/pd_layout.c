@@ -189,9 +189,9 @@ static int open_pool(struct pd_segment *seg, uint32_t pool_id, uint32_t arena_id
 	*has = 0;
 	if (!pmem && !alen)
 		return 0;
-	/* An arena file not mapped here (pdctl): the pool without its payload. */
-	if (!pmem || (!amem && !(seg->arena_file && !seg->arena_base)) ||
-	    pd_pool_open(p, pmem, plen, amem, alen) < 0)
+	/* amem is NULL only for an arena file not mapped here (pdctl): the
+	 * pool, without its payload. */
+	if (!pmem || !alen || pd_pool_open(p, pmem, plen, amem, alen) < 0)
 		return -EPROTO;
 	*has = 1;
 	return 0;

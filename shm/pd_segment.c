@@ -46,13 +46,7 @@ int pd_segment_path(const char *name, char *buf, size_t len)
 
 static uint64_t region_align(uint32_t id)
 {
-	return id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA ? PD_ARENA_ALIGN
-									 : PD_REGION_PAGE;
-}
-
-static int is_arena(uint32_t id)
-{
-	return id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA;
+	return pd_region_is_arena(id) ? PD_ARENA_ALIGN : PD_REGION_PAGE;
 }
 
 /* Lay out the regions after the header (but the arenas when they go into
@@ -64,7 +58,7 @@ static uint64_t layout(const struct pd_segment_opts *o, struct pd_shm_region *r,
 	for (uint32_t i = 0; i < PD_REGION_MAX; i++) {
 		uint64_t len = o->region_len[i];
 
-		if (split && is_arena(i))
+		if (split && pd_region_is_arena(i))
 			continue;
 		r[i].off = r[i].len = 0;
 		if (len == 0)
@@ -268,7 +262,7 @@ static int fill_pages(uint8_t *p, int fd, const struct pd_segment_opts *o,
 	int rc = 0;
 
 	for (uint32_t id = PD_REGION_SEND_ARENA; !split && rc == 0 && id <= PD_REGION_RECV_ARENA;
-	     id++)
+	     id++) /* split: the arenas are elsewhere */
 		rc = pd_pages_advise(p + r[id].off, r[id].len, o->hugepages);
 	if (rc == 0)
 		rc = pd_pages_populate(p, total, 1);
@@ -290,14 +284,9 @@ static int check_pages(struct pd_segment *s, const struct pd_segment_opts *o, ch
 	const struct pd_shm_region *z = &s->regions[PD_REGION_RECV_ARENA];
 	uint64_t need = arena_bytes(s->regions, PD_HUGE_PAGE);
 	uint64_t lo = a->len ? a->off : z->off, hi = z->len ? z->off + z->len : a->off + a->len;
-	int64_t huge;
+	int64_t huge = need ? pd_pages_huge_bytes((uint8_t *)s->base + lo, hi - lo) : 0;
 	char why[160];
 
-	if (s->arena_file) {
-		s->page_size = PD_HUGETLB_PAGE;
-		return 0;
-	}
-	huge = need ? pd_pages_huge_bytes((uint8_t *)s->base + lo, hi - lo) : 0;
 	s->page_size = need && huge >= (int64_t)need ? PD_HUGE_PAGE : PD_REGION_PAGE;
 	if (o->hugepages != PD_HUGE_ON || s->page_size == PD_HUGE_PAGE)
 		return 0;
@@ -344,10 +333,10 @@ static void fill_hdr(struct pd_shm_hdr *h, const struct pd_segment_opts *o,
 	h->hdr_size = PD_SHM_HDR_SIZE;
 	h->total_size = s->len;
 	h->compat_features = PD_SHM_COMPAT_KNOWN;
-	h->incompat_features = s->arena_file ? PD_SHM_INCOMPAT_ARENA_FILE : 0;
+	h->incompat_features = s->arena_size ? PD_SHM_INCOMPAT_ARENA_FILE : 0;
 	h->arena_size = s->arena_size;
-	h->arena_fd = s->arena_file ? s->arena_fd : -1;
-	h->arena_page = s->arena_file ? PD_HUGETLB_PAGE : 0;
+	h->arena_fd = s->arena_fd;
+	h->arena_page = s->arena_size ? PD_HUGETLB_PAGE : 0;
 	h->broker_pid = (int32_t)getpid();
 	h->nregions = PD_REGION_MAX;
 	if (pd_pid_start_time(h->broker_pid, &h->broker_start_ticks) < 0)
@@ -376,7 +365,6 @@ static void try_arena_file(const struct pd_segment_opts *o, struct pd_segment *o
 	if (pd_hugetlb_create(label, len, &out->arena_fd, &out->arena_base, out->pages_why,
 			      sizeof(out->pages_why)) < 0)
 		return;
-	out->arena_file = 1;
 	out->arena_size = len;
 }
 
@@ -388,13 +376,8 @@ static int build(const struct pd_segment_opts *o, int fd, struct pd_segment *out
 	int rc = 0;
 
 	try_arena_file(o, out);
-	out->len = layout(o, out->regions, out->arena_file);
-	if (out->len == 0) {
-		pd_err_set(err, errlen, "region too large");
-		pd_segment_unmap_arenas(out);
-		return -EINVAL;
-	}
-	out->base = size_and_map(fd, o, out->regions, out->len, out->arena_file, &rc);
+	out->len = layout(o, out->regions, out->arena_size != 0); /* sizes checked before */
+	out->base = size_and_map(fd, o, out->regions, out->len, out->arena_size != 0, &rc);
 	if (!out->base) {
 		pd_err_set(err, errlen, "cannot size or map %zu bytes: %s", out->len,
 			   pd_strerror(rc));
@@ -403,7 +386,10 @@ static int build(const struct pd_segment_opts *o, int fd, struct pd_segment *out
 	}
 	out->hdr = out->base;
 	fill_hdr(out->hdr, o, out);
-	rc = check_pages(out, o, err, errlen);
+	if (out->arena_size)
+		out->page_size = PD_HUGETLB_PAGE;
+	else
+		rc = check_pages(out, o, err, errlen);
 	if (rc < 0) {
 		(void)munmap(out->base, out->len);
 		pd_segment_unmap_arenas(out);
@@ -432,8 +418,8 @@ int pd_segment_create(const struct pd_segment_opts *o, struct pd_segment *out,
 	/* Locked before the magic is written, held until destroy: the lock is
 	 * what tells a live broker from a dead one (pd_segment_probe()). */
 	lock_fd = pd_seglock_take(o->name, fd);
-	rc = lock_fd < 0 ? lock_fd : 0;
-	if (rc < 0) {
+	if (lock_fd < 0) {
+		rc = lock_fd;
 		pd_err_set(err, errlen, "cannot lock the segment: %s", pd_strerror(rc));
 		goto out_unlink;
 	}

@@ -31,8 +31,8 @@ struct pd_segment {
 				 * until destroy: what says the broker lives */
 	uint32_t page_size;     /* owner: the arenas' pages (PD_HUGE_PAGE when every
 				 * whole 2 MiB of them is a huge page), else 0 */
-	uint32_t arena_file;    /* 1: the arenas are in the arena file (pd_hugetlb.h) */
-	uint64_t arena_size;    /* its size (validated copy) */
+	uint64_t arena_size;    /* the arena file's size (validated copy); 0: the arenas
+				 * are in this segment, there is no arena file */
 	int32_t  arena_fd_num;  /* its fd number in the broker */
 	int      arena_fd;      /* here: -1 until pd_segment_map_arenas() */
 	void    *arena_base;    /* here: NULL until mapped (its regions are then NULL) */
@@ -103,7 +103,7 @@ int pd_segment_attach_fd(int fd, uint32_t flags, uint32_t timeout_ms,
 int pd_segment_validate(const struct pd_shm_hdr *h, size_t maplen, char *err, size_t errlen);
 
 /**
- * Map the arena file of an attached segment (s->arena_file) from fd (dup'ed;
+ * Map the arena file of an attached segment (s->arena_size) from fd (dup'ed;
  * the caller keeps its own), read-only with PD_SEG_RDONLY: after this,
  * pd_segment_region() finds the arenas.
  * @return 0; -EINVAL no arena file, or already mapped; -EPROTO fd is not a

@@ -31,8 +31,7 @@ static int check_region(const struct pd_shm_region *r, uint32_t i, size_t maplen
 
 static int in_arena_file(const struct pd_shm_hdr *h, uint32_t id)
 {
-	return (h->incompat_features & PD_SHM_INCOMPAT_ARENA_FILE) &&
-	       (id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA);
+	return (h->incompat_features & PD_SHM_INCOMPAT_ARENA_FILE) && pd_region_is_arena(id);
 }
 
 /* An arena in the arena file: on huge pages of its own, inside the file. */
@@ -182,8 +181,9 @@ static int map_checked(int fd, uint32_t flags, uint32_t timeout_ms, struct pd_se
 	}
 	*out = (struct pd_segment){ .hdr = base, .base = base, .len = (size_t)st.st_size,
 				    .fd = fd, .flags = flags, .arena_fd = -1,
-				    .arena_file = in_arena_file(&copy, PD_REGION_SEND_ARENA),
-				    .arena_size = copy.arena_size, .arena_fd_num = copy.arena_fd };
+				    .arena_size = in_arena_file(&copy, PD_REGION_SEND_ARENA) ?
+						  copy.arena_size : 0,
+				    .arena_fd_num = copy.arena_fd };
 	memcpy(out->name, copy.name, sizeof(out->name));
 	memcpy(out->regions, copy.regions, sizeof(out->regions));
 	return 0;
@@ -226,7 +226,7 @@ int pd_segment_attach(const char *name, uint32_t flags, uint32_t timeout_ms,
 
 static int is_arena_here(const struct pd_segment *s, uint32_t id)
 {
-	return s->arena_file && (id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA);
+	return s->arena_size && pd_region_is_arena(id);
 }
 
 void *pd_segment_region(const struct pd_segment *s, uint32_t id, size_t *len)
@@ -261,7 +261,7 @@ int pd_segment_map_arenas(struct pd_segment *s, int fd, uint32_t flags)
 	int dfd, rc;
 	void *m;
 
-	if (!s || !s->base || !s->arena_file || s->arena_base || fd < 0)
+	if (!s || !s->base || !s->arena_size || s->arena_base || fd < 0)
 		return -EINVAL;
 	rc = pd_hugetlb_check(fd, s->arena_size);
 	if (rc < 0)

@@ -44,6 +44,13 @@
 #define PD_REGION_STATS      7u /* struct pd_stats: what pdctl reads (pd_stats.h) */
 #define PD_REGION_MAX        8u
 
+/* The payload arenas: 2 MiB aligned, and in the arena file when the
+ * header has PD_SHM_INCOMPAT_ARENA_FILE. */
+static inline int pd_region_is_arena(uint32_t id)
+{
+	return id == PD_REGION_SEND_ARENA || id == PD_REGION_RECV_ARENA;
+}
+
 #define PD_REGION_ALIGN 64u        /* what an attacher accepts */
 #define PD_REGION_PAGE  4096u      /* what the broker lays out: each region on its
 				    * own pages, so an agent can map some read-only */

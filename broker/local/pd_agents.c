@@ -220,8 +220,8 @@ static int send_welcome(struct ent *e, const struct pd_attach_hello *h,
 	fds[0] = ag->o.shm->seg.fd;
 	fds[1] = e->bell;
 	fds[2] = ag->bell;
-	fds[3] = ag->o.shm->seg.arena_file ? ag->o.shm->seg.arena_fd : -1;
-	ack.arena_size = ag->o.shm->seg.arena_file ? ag->o.shm->seg.arena_size : 0;
+	fds[3] = ag->o.shm->seg.arena_fd; /* -1 without an arena file */
+	ack.arena_size = ag->o.shm->seg.arena_size;
 	fill_slot(e, h, cred);
 	return pd_attach_send_ack(e->fd, &ack, fds);
 }

@@ -319,12 +319,6 @@ void pd_attach_ack_init(struct pd_attach_ack *ack, int32_t status)
 				       .version = PD_ATTACH_VERSION, .status = status };
 }
 
-/* The fds an acceptance carries: the arena file's too when there is one. */
-static unsigned ack_nfds(const struct pd_attach_ack *a)
-{
-	return a->arena_size ? PD_ATTACH_NFDS : PD_ATTACH_NFDS_MIN;
-}
-
 static bool fds_valid(const int *fds, unsigned n)
 {
 	if (!fds)
@@ -379,9 +373,9 @@ static ssize_t send_some(int fd, struct pd_attach_ack *a, size_t sent, const int
 		m.msg_controllen = sizeof(cm.buf);
 		cm.h.cmsg_level = SOL_SOCKET;
 		cm.h.cmsg_type = SCM_RIGHTS;
-		cm.h.cmsg_len = CMSG_LEN(sizeof(int) * ack_nfds(a));
-		memcpy(CMSG_DATA(&cm.h), fds, sizeof(int) * ack_nfds(a));
-		m.msg_controllen = CMSG_SPACE(sizeof(int) * ack_nfds(a));
+		cm.h.cmsg_len = CMSG_LEN(sizeof(int) * pd_attach_ack_nfds(a));
+		memcpy(CMSG_DATA(&cm.h), fds, sizeof(int) * pd_attach_ack_nfds(a));
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * pd_attach_ack_nfds(a));
 	}
 	n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
 	return n < 0 ? -errno : n;
@@ -396,7 +390,7 @@ int pd_attach_send_ack(int fd, const struct pd_attach_ack *ack,
 	ssize_t n;
 	int rc;
 
-	if (fd < 0 || !ack || ack->status > 0 || (ack->status == 0 && !fds_valid(fds, ack_nfds(ack))))
+	if (fd < 0 || !ack || ack->status > 0 || (ack->status == 0 && !fds_valid(fds, pd_attach_ack_nfds(ack))))
 		return -EINVAL;
 	a = *ack;
 	deadline = pd_deadline_ms(PD_ATTACH_SEND_TIMEOUT_MS);

@@ -105,7 +105,7 @@ static int read_geo(int fd, const struct pd_shmx_target *t, struct geo *g, char 
 		rc = check_geo(&shm, t, g, err, errlen);
 	g->pid = shm.seg.hdr->broker_pid;
 	g->start_ticks = shm.seg.hdr->broker_start_ticks;
-	g->arena_size = shm.seg.arena_file ? shm.seg.arena_size : 0;
+	g->arena_size = shm.seg.arena_size;
 	g->arena_fd = shm.seg.arena_fd_num;
 	pd_layout_close(&shm);
 	return rc;
@@ -157,25 +157,23 @@ static int map_arena(struct pd_shmx_peer *p, int fd, const struct geo *g, const 
 		     char *err, size_t errlen)
 {
 	size_t len = (size_t)(g->nslots * g->slot_size);
-	int afd;
 	struct stat st;
+	int mfd = fd, rc = pd_sys_rc(fstat(fd, &st));
 	void *m;
-	int rc = pd_sys_rc(fstat(fd, &st));
 
-	if (g->arena_size) /* hugetlb mappings come in whole huge pages */
-		len = PD_ALIGN_UP(len, (size_t)PD_HUGETLB_PAGE);
-	afd = g->arena_size ? open_arena_file(g, err, errlen) : fd;
-
-	if (afd < 0 || rc < 0) {
-		if (afd >= 0 && afd != fd)
-			(void)close(afd);
-		return afd < 0 ? afd : rc;
+	if (rc < 0)
+		return rc;
+	if (g->arena_size) {
+		mfd = open_arena_file(g, err, errlen);
+		if (mfd < 0)
+			return mfd;
+		len = PD_ALIGN_UP(len, (size_t)PD_HUGETLB_PAGE); /* whole huge pages */
 	}
-	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, afd, (off_t)g->off);
-	if (afd != fd)
-		(void)close(afd); /* the mapping keeps the file */
-	if (m == MAP_FAILED) {
-		rc = -errno;
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, (off_t)g->off);
+	rc = m == MAP_FAILED ? -errno : 0;
+	if (mfd != fd)
+		(void)close(mfd); /* the mapping keeps the file */
+	if (rc < 0) {
 		pd_err_set(err, errlen, "cannot map the recv arena of %s: %s", path,
 			   pd_strerror(rc));
 		return rc;
