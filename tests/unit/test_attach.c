@@ -322,6 +322,11 @@ static const struct bcfg bad_acks[] = {
 	RAW(3, M, 1, 0, 0, 4096),                  /* agent id 0 */
 	RAW(3, M, 1, -EACCES, 0, 0),               /* a refusal carrying fds */
 	RAW(0, M, 1, 5, 0, 0),                     /* positive status */
+	/* an arena file announced, its fd missing; one fd too many past it */
+	{ .mode = B_RAW, .nfds = 3, .ack = { .magic = M, .version = 1, .agent_id = AGENT_ID,
+					     .segment_size = 4096, .arena_size = 2u << 20 } },
+	{ .mode = B_RAW, .nfds = 5, .ack = { .magic = M, .version = 1, .agent_id = AGENT_ID,
+					     .segment_size = 4096, .arena_size = 2u << 20 } },
 };
 #undef M
 
@@ -524,6 +529,8 @@ int main(void)
 		T_ACK(6, "agent_id"),
 		T_ACK(7, "refusal_fds"),
 		T_ACK(8, "status"),
+		T_ACK(9, "arena_fd_missing"),
+		T_ACK(10, "arena_five_fds"),
 		T(test_peer_cred),
 		T(test_cred_ok_synthetic),
 		T(test_cred_ok_groups),

@@ -15,9 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "pd_hugetlb.h"
 #include "segment_fixture.h"
 
 #define BUILT_LEN 16384u /* the hand-built header's "mapping" */
@@ -169,6 +171,107 @@ static void corrupt_region_over_hdr(struct pd_shm_hdr *h)
 #define CORRUPTION_DEF(c) static struct corruption corr_##c = { #c, corrupt_##c };
 CORRUPTIONS(CORRUPTION_DEF)
 
+/* ---- a header whose arenas are in an arena file ----------------------------- */
+
+#define MIB (UINT64_C(1) << 20)
+
+/* The built header, its arenas in an 8 MiB arena file: offsets there start
+ * at 0, so they lie over the header's own bytes, which is legal. */
+static struct pd_shm_hdr *arena_hdr(struct fx *f)
+{
+	struct pd_shm_hdr *h = built_hdr(f);
+
+	h->incompat_features |= PD_SHM_INCOMPAT_ARENA_FILE;
+	h->arena_size = 8 * MIB;
+	h->arena_fd = 3;
+	h->arena_page = PD_HUGETLB_PAGE;
+	h->regions[PD_REGION_SEND_ARENA] = (struct pd_shm_region){ 0, 2 * MIB };
+	h->regions[PD_REGION_RECV_ARENA] = (struct pd_shm_region){ 2 * MIB, 5 * MIB + 4096 };
+	return h;
+}
+
+static void arena_size_odd(struct pd_shm_hdr *h)
+{
+	h->arena_size += 4096;
+}
+
+static void arena_size_zero(struct pd_shm_hdr *h)
+{
+	h->arena_size = 0;
+}
+
+static void arena_page_4k(struct pd_shm_hdr *h)
+{
+	h->arena_page = 4096;
+}
+
+static void arena_fd_none(struct pd_shm_hdr *h)
+{
+	h->arena_fd = -1;
+}
+
+/* In bounds and clear of the other arena, but not on a huge page's start. */
+static void arena_misaligned(struct pd_shm_hdr *h)
+{
+	h->regions[PD_REGION_SEND_ARENA] = (struct pd_shm_region){ 4096, 1 * MIB };
+}
+
+/* One byte past the end of the arena file. */
+static void arena_oob(struct pd_shm_hdr *h)
+{
+	struct pd_shm_region *r = &h->regions[PD_REGION_RECV_ARENA];
+
+	r->len = h->arena_size - r->off + 1;
+}
+
+static void arenas_overlap(struct pd_shm_hdr *h)
+{
+	h->regions[PD_REGION_SEND_ARENA].len = 2 * MIB + 1;
+}
+
+/* Without the feature bit the same offsets are in the segment: refused. */
+static void arena_bit_cleared(struct pd_shm_hdr *h)
+{
+	h->incompat_features &= ~PD_SHM_INCOMPAT_ARENA_FILE;
+}
+
+static void test_validate_arena_file(void **state)
+{
+	static const struct corruption bad[] = {
+		{ "arena_size_odd", arena_size_odd }, { "arena_size_zero", arena_size_zero },
+		{ "arena_page_4k", arena_page_4k }, { "arena_fd_none", arena_fd_none },
+		{ "arena_misaligned", arena_misaligned }, { "arena_oob", arena_oob },
+		{ "arenas_overlap", arenas_overlap }, { "arena_bit_cleared", arena_bit_cleared },
+	};
+	struct fx *f = *state;
+
+	assert_int_equal(validate(f, arena_hdr(f), BUILT_LEN), 0);
+	for (size_t i = 0; i < PD_ARRAY_SIZE(bad); i++) {
+		free(f->buf);
+		bad[i].apply(arena_hdr(f));
+		if (validate(f, f->buf, BUILT_LEN) != -EPROTO || f->err[0] == '\0')
+			fail_msg("arena file corruption '%s' passed validation", bad[i].what);
+	}
+}
+
+/* Only a hugetlb file of the header's size is taken as the arena file. */
+static void test_map_arenas_refuses_other_files(void **state)
+{
+	struct fx *f = *state;
+	struct pd_segment s = { .base = built_hdr(f), .arena_size = 4 * MIB, .arena_fd = -1 };
+	int fd = memfd_create("not-hugetlb", MFD_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)s.arena_size), 0);
+	assert_int_equal(pd_hugetlb_check(fd, s.arena_size), -EPROTO);
+	assert_int_equal(pd_segment_map_arenas(&s, fd, 0), -EPROTO);
+	assert_null(s.arena_base);
+	assert_int_equal(pd_segment_map_arenas(&s, -1, 0), -EINVAL);
+	s.arena_size = 0; /* no arena file */
+	assert_int_equal(pd_segment_map_arenas(&s, fd, 0), -EINVAL);
+	(void)close(fd);
+}
+
 /* ---- negative tests -------------------------------------------------------- */
 
 static void test_validate_null(void **state)
@@ -271,6 +374,8 @@ int main(void)
 		T(test_validate_null, setup),
 		T(test_validate_built_ok, setup),
 		T(test_validate_bad_maplen, setup),
+		T(test_validate_arena_file, setup),
+		T(test_map_arenas_refuses_other_files, setup),
 		CORRUPTIONS(VALIDATE_TEST)
 		CORRUPTIONS(ATTACH_TEST)
 		T(test_attach_rejects_file_bigger, setup_published),
