@@ -173,7 +173,7 @@ static int map_arena(struct pd_shmx_peer *p, int fd, const struct geo *g, const 
 	rc = m == MAP_FAILED ? -errno : 0;
 	if (mfd != fd)
 		(void)close(mfd); /* the mapping keeps the file */
-	if (rc < 0) {
+	if (m == MAP_FAILED) {
 		pd_err_set(err, errlen, "cannot map the recv arena of %s: %s", path,
 			   pd_strerror(rc));
 		return rc;
