@@ -79,18 +79,6 @@ static void expect_pdctl_pages(const struct pd_test_broker *b, const char *want)
 	pd_run_free(&r);
 }
 
-static int log_says(const struct pd_test_broker *b, const char *what)
-{
-	char buf[16384];
-	FILE *f = fopen(b->log, "re");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-
-	if (f)
-		(void)fclose(f);
-	buf[n] = '\0';
-	return strstr(buf, what) != NULL;
-}
-
 /* 2P1D, 16 send slots of 64 KiB (one huge page) per prefill broker and 20
  * recv slots (one page): three pages in all. */
 static void move_in_hugetlb(const struct it_xport *x)
@@ -99,21 +87,10 @@ static void move_in_hugetlb(const struct it_xport *x)
 	struct it *t = it_xstart(x, 16, 20, 2, NULL);
 
 	assert_int_equal(pd_hugetlb_free_pages(), free0 - 3);
-	assert_true(log_says(&t->d, "staging arenas in 2 MiB hugetlb pages"));
+	assert_true(pd_test_broker_log_has(&t->d, "staging arenas in 2 MiB hugetlb pages"));
 	expect_pdctl_pages(&t->d, "pages 2.0 MiB");
 	expect_pdctl_pages(&t->p, "pages 2.0 MiB");
-	assert_int_equal(it_put_from(t, t->pa, "A", 0, 10, 10), 0);
-	assert_int_equal(it_put_from(t, t->pa2, "B", 0, 10, 10), 0);
-	(void)it_expect_event_from(t->pa, "A", PD_EV_PUT_DONE);
-	(void)it_expect_event_from(t->pa2, "B", PD_EV_PUT_DONE);
-	it_verify(t, "A", 10);
-	it_verify(t, "B", 10);
-	it_expect_sent(x, &t->p, 10);
-	it_expect_sent(x, &t->p2, 10);
-	it_expect_received(x, &t->d, 2 * it_bytes(10));
-	assert_int_equal(pd_recv_release(t->da, "A"), 0);
-	assert_int_equal(pd_recv_release(t->da, "B"), 0);
-	assert_int_equal(it_wait_free(&t->d, 1, 20), 20);
+	it_scn_2p1d_on(t, x);
 	it_stop(t, 0);
 	assert_int_equal(wait_free(free0), free0); /* nothing kept */
 }
@@ -147,7 +124,7 @@ static void test_auto_falls_back_when_the_pool_is_short(void **state)
 	assert_int_equal(free0, 4);
 	t = it_start(16, 256);
 	assert_int_equal(pd_hugetlb_free_pages(), 4 - 1); /* the prefill broker's one page */
-	assert_true(log_says(&t->d, "4 free hugetlb pages of 2 MiB, 8 needed"));
+	assert_true(pd_test_broker_log_has(&t->d, "4 free hugetlb pages of 2 MiB, 8 needed"));
 	assert_int_equal(it_put(t, "fb", 0, 8, 8), 0);
 	it_expect_event(t, "fb", PD_EV_PUT_DONE);
 	it_verify(t, "fb", 8);

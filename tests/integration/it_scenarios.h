@@ -69,13 +69,12 @@ static inline uint64_t it_bytes(uint32_t n)
 
 /* ---- transfers ---------------------------------------------------------------------- */
 
-/* 2P1D: recv pool 20, A=10 from one prefill broker, B=10 from another:
+/* 2P1D (t from it_xstart(x, 16, 20, 2, ...)): recv pool 20, A=10 from one
+ * prefill broker, B=10 from another:
  * both are admitted without waiting (READY before anything is released),
  * every byte checked at the decode agent, every slot free at the end. */
-static inline void it_scn_2p1d(const struct it_xport *x)
+static inline void it_scn_2p1d_on(struct it *t, const struct it_xport *x)
 {
-	struct it *t = it_xstart(x, 16, 20, 2, NULL);
-
 	assert_int_equal(it_put_from(t, t->pa, "A", 0, 10, 10), 0);
 	assert_int_equal(it_put_from(t, t->pa2, "B", 0, 10, 10), 0);
 	(void)it_expect_event_from(t->pa, "A", PD_EV_PUT_DONE);
@@ -89,6 +88,13 @@ static inline void it_scn_2p1d(const struct it_xport *x)
 	assert_int_equal(pd_recv_release(t->da, "B"), 0);
 	assert_int_equal(it_wait_free(&t->d, 1, 20), 20);
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+}
+
+static inline void it_scn_2p1d(const struct it_xport *x)
+{
+	struct it *t = it_xstart(x, 16, 20, 2, NULL);
+
+	it_scn_2p1d_on(t, x);
 	it_stop(t, 0);
 }
 

@@ -100,26 +100,12 @@ static void moves(struct it *t, const char *req, uint32_t n)
 	assert_int_equal(pd_recv_release(t->da, req), 0);
 }
 
-/* The broker's log has this text. */
-static int log_has(const struct pd_test_broker *b, const char *text)
-{
-	char line[1024];
-	FILE *f = fopen(b->log, "r");
-	int found = 0;
-
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, text) != NULL;
-	if (f)
-		(void)fclose(f);
-	return found;
-}
-
 /* Wait (bounded) for the log to have text. */
 static void expect_log(const struct pd_test_broker *b, const char *text, uint32_t ms)
 {
 	uint64_t deadline = pd_deadline_ms(ms);
 
-	while (!log_has(b, text)) {
+	while (!pd_test_broker_log_has(b, text)) {
 		if (pd_now_ns() >= deadline) {
 			pd_test_broker_dump_log(b);
 			fail_msg("no \"%s\" in the log of %s", text, b->name);
@@ -557,7 +543,7 @@ static void test_curve_pair_every_byte(void **state)
 	if (!strstr(r.out, want))
 		fail_msg("no \"%s\" in pdctl status:\n%s", want, r.out);
 	pd_run_free(&r);
-	assert_false(log_has(&t->d, "control plane: unauthenticated"));
+	assert_false(pd_test_broker_log_has(&t->d, "control plane: unauthenticated"));
 	/* the statistics are published every 100 ms: this pair may be faster */
 	assert_true(it_wait_stat(&t->d, "ctrl.auth_ok", 1) >= 1);
 	assert_int_equal(it_stat(&t->d, "ctrl.auth_denied"), 0);

@@ -189,6 +189,19 @@ int pd_test_broker_stop(struct pd_test_broker *b)
 	return rc;
 }
 
+int pd_test_broker_log_has(const struct pd_test_broker *b, const char *text)
+{
+	char line[1024];
+	FILE *f = fopen(b->log, "r");
+	int found = 0;
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, text) != NULL;
+	if (f)
+		(void)fclose(f);
+	return found;
+}
+
 void pd_test_broker_dump_log(const struct pd_test_broker *b)
 {
 	char line[512];

@@ -31,5 +31,7 @@ int pd_test_broker_restart(struct pd_test_broker *b, const char *const *args);
 /* SIGTERM, wait (bounded), SIGKILL if needed; print its log on request. */
 int pd_test_broker_stop(struct pd_test_broker *b);
 void pd_test_broker_dump_log(const struct pd_test_broker *b);
+/* 1 when a line of b's log has text. */
+int pd_test_broker_log_has(const struct pd_test_broker *b, const char *text);
 
 #endif
