@@ -158,6 +158,7 @@ struct pd_broker {
 	uint64_t admin_requests, admin_bad;
 	struct pd_lease *loan_clock;  /* pd_broker_lease.c: send slots' loans */
 	struct pd_lease *pin_clock;   /* ... and the agents' recv pins */
+	uint8_t *pins_armed;          /* per agent slot: its pin clocks may be running */
 	uint64_t lease_next_ns;
 	uint64_t loans_orphaned;      /* loans past their lease that no agent held: freed */
 	uint64_t lock_bad_since;      /* the send pool's mutex unavailable since; 0: fine */

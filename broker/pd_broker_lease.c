@@ -38,7 +38,8 @@ int pd_broker_leases_init(struct pd_broker *b)
 	b->loan_clock = pd_lease_create(nsend);
 	b->pin_clock = pd_lease_create(pins);
 	b->free_later = calloc(nsend ? nsend : 1, sizeof(*b->free_later));
-	return b->loan_clock && b->pin_clock && b->free_later ? 0 : -ENOMEM;
+	b->pins_armed = calloc(b->shm.max_agents ? b->shm.max_agents : 1, 1);
+	return b->loan_clock && b->pin_clock && b->free_later && b->pins_armed ? 0 : -ENOMEM;
 }
 
 void pd_broker_leases_fini(struct pd_broker *b)
@@ -46,8 +47,10 @@ void pd_broker_leases_fini(struct pd_broker *b)
 	pd_lease_destroy(b->loan_clock);
 	pd_lease_destroy(b->pin_clock);
 	free(b->free_later);
+	free(b->pins_armed);
 	b->loan_clock = b->pin_clock = NULL;
 	b->free_later = NULL;
+	b->pins_armed = NULL;
 }
 
 /*
@@ -149,38 +152,61 @@ static void loan_expired(struct pd_broker *b, uint32_t i, const struct pd_slot_d
 	}
 }
 
-static void check_loans(struct pd_broker *b, uint64_t now)
+/* The send descriptors in one pass: each loan's lease, and a count of
+ * descriptors in no state (garbage), scrubbed after it under the lock. */
+static void look_send(struct pd_broker *b, uint64_t now)
 {
 	const struct pd_pool *p = &b->shm.send;
+	uint32_t bad = 0;
+	int fixed;
 
-	for (uint32_t i = 0; b->shm.has_send && i < p->nslots; i++) {
+	for (uint32_t i = 0; i < p->nslots; i++) {
 		struct pd_slot_desc d;
 		uint64_t age;
 
 		if (pd_pool_desc_get(p, i, &d) < 0)
+			continue;
+		if (d.state > PD_SLOT_STATE_MAX) {
+			bad++;
+			continue;
+		}
+		if (!b->cfg.loan_timeout_ns)
 			continue;
 		age = pd_lease_age(b->loan_clock, i, d.state == PD_SLOT_LOANED,
 				   (uint64_t)d.gen << 32 | d.owner, now);
 		if (age > b->cfg.loan_timeout_ns)
 			loan_expired(b, i, &d, age);
 	}
+	fixed = bad ? pd_pool_scrub(&b->shm.send) : 0;
+	b->descs_scrubbed += fixed > 0 ? (uint64_t)fixed : 0;
 }
 
-/* Agent slot a's journal: its oldest record past the lease fences it. */
+/*
+ * Agent slot a's journal: its oldest record past the lease fences it.
+ * Only an attached agent's journal is read; the clocks of a slot whose
+ * agent went are reset once, so its next agent starts with fresh ones.
+ */
 static void check_pins_of(struct pd_broker *b, uint32_t a, uint64_t now)
 {
-	_Atomic uint64_t *cell = pd_layout_pins(&b->shm, a);
 	int32_t pid = pd_agents_pid(b->agents, a + 1);
 	uint32_t n = b->shm.pins_per_agent;
+	_Atomic uint64_t *cell = pid > 0 ? pd_layout_pins(&b->shm, a) : NULL;
 	uint64_t worst = 0;
 
-	for (uint32_t c = 0; cell && c < n; c++) {
+	if (!cell) {
+		if (b->pins_armed[a])
+			pd_lease_forget(b->pin_clock, a * n, n);
+		b->pins_armed[a] = 0;
+		return;
+	}
+	b->pins_armed[a] = 1;
+	for (uint32_t c = 0; c < n; c++) {
 		uint64_t rec = atomic_load_explicit(&cell[c], memory_order_relaxed);
-		uint64_t age = pd_lease_age(b->pin_clock, a * n + c, pid > 0 && rec, rec, now);
+		uint64_t age = pd_lease_age(b->pin_clock, a * n + c, rec != 0, rec, now);
 
 		worst = age > worst ? age : worst;
 	}
-	if (pid > 0 && worst > b->cfg.recv_ttl_ns)
+	if (worst > b->cfg.recv_ttl_ns)
 		fence(b, a + 1, pid, "a recv pin", worst);
 }
 
@@ -236,15 +262,11 @@ void pd_broker_leases_check(struct pd_broker *b, uint64_t now)
 		return;
 	b->lease_next_ns = now + CHECK_EVERY_NS;
 	if (b->shm.has_send) {
-		int fixed = pd_pool_scrub(&b->shm.send);
-
 		check_pool_lock(b, now);
-		b->descs_scrubbed += fixed > 0 ? (uint64_t)fixed : 0;
 		free_later(b);
 		reclaim_later(b);
+		look_send(b, now);
 	}
-	if (b->cfg.loan_timeout_ns)
-		check_loans(b, now);
 	for (uint32_t a = 0; b->shm.has_recv && a < b->shm.max_agents; a++)
 		check_pins_of(b, a, now);
 }

@@ -220,8 +220,10 @@ int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder);
  */
 int pd_pool_lock_reset(struct pd_pool *p);
 /* Broker: descriptors in no state at all (written over in shm) become
- * free, at a new generation, and the free stack is rebuilt.
- * @return how many; -ETIMEDOUT (lock); -EINVAL. */
+ * free, at a new generation, and the free stack is rebuilt. It takes the
+ * lock: call it when a look without the lock (pd_pool_desc_get()) saw a
+ * state above PD_SLOT_STATE_MAX.
+ * @return how many (0: none under the lock); -ETIMEDOUT (lock); -EINVAL. */
 int pd_pool_scrub(struct pd_pool *p);
 
 /* A slot as the pool's only allocator knows it: PD_SLOT_FREE, or its state

@@ -665,16 +665,19 @@ int pd_pool_scrub(struct pd_pool *p)
 
 	if (!p)
 		return -EINVAL;
-	for (uint32_t i = 0; i < p->nslots; i++)
-		bad += slot_state(&p->desc[i]) > PD_SLOT_STATE_MAX;
-	if (!bad)
-		return 0;
 	rc = lock_short(p, PD_POOL_OWNER_NONE);
 	if (rc < 0)
 		return rc;
-	rebuild(p); /* a descriptor in no state is free, at a new generation */
-	pd_stat_add1w(&p->shm->stats.repairs, 1);
-	pd_cond_broadcast(&p->shm->cond);
+	/* Counted under the lock: a free in flight marks its states for a
+	 * moment (STATE_MARK), which a look without the lock would take for
+	 * garbage. */
+	for (uint32_t i = 0; i < p->nslots; i++)
+		bad += slot_state(&p->desc[i]) > PD_SLOT_STATE_MAX;
+	if (bad) {
+		rebuild(p); /* a descriptor in no state is free, at a new generation */
+		pd_stat_add1w(&p->shm->stats.repairs, 1);
+		pd_cond_broadcast(&p->shm->cond);
+	}
 	pd_pool_unlock(p);
 	return (int)bad;
 }

@@ -45,3 +45,9 @@ uint64_t pd_lease_age(struct pd_lease *l, uint32_t i, int held, uint64_t value,
 	}
 	return now_ns > c->since_ns ? now_ns - c->since_ns : 0;
 }
+
+void pd_lease_forget(struct pd_lease *l, uint32_t first, uint32_t n)
+{
+	for (uint32_t i = first; l && i < l->n && i - first < n; i++)
+		l->c[i].held = 0;
+}

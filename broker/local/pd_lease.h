@@ -25,4 +25,7 @@ void pd_lease_destroy(struct pd_lease *l); /* NULL-safe */
 uint64_t pd_lease_age(struct pd_lease *l, uint32_t i, int held, uint64_t value,
 		      uint64_t now_ns);
 
+/* Cells first..first+n-1 are not held any more (out of range: ignored). */
+void pd_lease_forget(struct pd_lease *l, uint32_t first, uint32_t n);
+
 #endif

@@ -39,6 +39,7 @@ struct hog {
 	int lock;        /* 1: stop holding the send pool's mutex; 2: garbage over it;
 			  * 3: make it look held by a thread that does not exist */
 	int wait;        /* send: hold the loans running (until killed), not stopped */
+	unsigned hold_ms; /* recv: hold the pins this long running, then exit (0: stop) */
 };
 
 static int ready(const struct hog *h)
@@ -153,7 +154,10 @@ static int hog_pins(void *arg)
 	}
 	if (ready(h))
 		return 4;
-	(void)raise(SIGSTOP);
+	if (h->hold_ms)
+		(void)usleep(h->hold_ms * 1000u);
+	else
+		(void)raise(SIGSTOP);
 	return 0;
 }
 
@@ -252,6 +256,59 @@ static void test_stopped_pinner_is_fenced(void **state)
 	assert_int_equal(it_wait_stat(&t->d, "agents.fenced", 1), 1);
 	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
 	put_and_verify(t, "Q");
+	it_stop(t, 0);
+}
+
+/*
+ * The next agent in a slot starts with fresh pin clocks: an agent holds
+ * its pins for most of --recv-ttl and exits; another attaches in its slot
+ * and pins the same chunks (the same journal records), stopped. Its own
+ * lease starts at its pins: it is not fenced for the time the first one
+ * held them, and is once its own lease is over.
+ */
+static void test_next_agent_in_a_slot_has_its_own_pin_lease(void **state)
+{
+	static const char *const ttl[] = { "--recv-ttl", "3s", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 16,
+							.d_extra = ttl });
+	struct hog h = { .t = t, .req = "P", .hold_ms = 1800 };
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(it_put(t, "P", 0, 4, 4), 0);
+	it_expect_event(t, "P", PD_EV_PUT_DONE);
+	assert_int_equal(wait_hog(start_hog(&h, hog_pins)), 0);
+	(void)usleep(400 * 1000); /* a lease look or more with the slot empty */
+	h.hold_ms = 0;
+	pid = start_hog(&h, hog_pins);
+	(void)usleep(1600 * 1000); /* 3.8 s since the first pins, 1.6 s since these */
+	assert_int_equal(it_stat(&t->d, "agents.fenced"), 0);
+	assert_int_equal(wait_hog(pid), 128 + SIGKILL);
+	assert_int_equal(it_stat(&t->d, "agents.fenced"), 1);
+	assert_int_equal(it_wait_free(&t->d, 1, 16), 16);
+	put_and_verify(t, "Q");
+	it_stop(t, 0);
+}
+
+/* Send descriptors written into no state at all are made free again by
+ * the broker's look (counted), and a request can use every slot. */
+static void test_descriptors_in_no_state_are_scrubbed(void **state)
+{
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 16 });
+	struct hog h = { .t = t };
+	struct pd_pool_shm *pool = send_pool(&h);
+	struct pd_slot_desc *d = pool ? (void *)((uint8_t *)pool + pool->desc_off) : NULL;
+
+	(void)state;
+	assert_non_null(d);
+	for (uint32_t i = 3; i < 7; i++)
+		atomic_store_explicit(&d[i].state, 0x77u, memory_order_relaxed);
+	assert_int_equal(it_wait_stat(&t->p, "pool.send.descs_scrubbed", 4), 4);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	assert_int_equal(it_put(t, "S", 0, 16, 16), 0);
+	it_expect_event(t, "S", PD_EV_PUT_DONE);
+	it_verify(t, "S", 16);
+	assert_int_equal(pd_recv_release(t->da, "S"), 0);
 	it_stop(t, 0);
 }
 
@@ -422,7 +479,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_stopped_loaner_is_fenced, kill_hog),
 		cmocka_unit_test_teardown(test_without_a_lease_the_stop_holds, kill_hog),
 		cmocka_unit_test_teardown(test_stopped_pinner_is_fenced, kill_hog),
+		cmocka_unit_test_teardown(test_next_agent_in_a_slot_has_its_own_pin_lease, kill_hog),
 		cmocka_unit_test_teardown(test_loans_naming_nobody_are_freed, kill_hog),
+		cmocka_unit_test(test_descriptors_in_no_state_are_scrubbed),
 		cmocka_unit_test(test_unread_completions_are_capped),
 		cmocka_unit_test_teardown(test_stopped_lock_holder_is_fenced, kill_hog),
 		cmocka_unit_test_teardown(test_loans_of_an_agent_dying_behind_a_held_lock_come_back,
