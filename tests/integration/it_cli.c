@@ -116,6 +116,23 @@ static void test_too_many_agents_refused(void **state)
 	refused("--max-agents", "257");
 }
 
+/* A send pool of more slots than a transport takes writes a peer
+ * (65536): the broker starts, with tcp and shm both offered. */
+static void test_send_pool_deeper_than_a_transport_starts(void **state)
+{
+	struct pd_test_broker b;
+	const char *args[] = { "--send-slots", "65540", "--recv-slots", "4", "--slot-size", "4K",
+			       "--hugepages", "off", "--transport", "tcp,shm", NULL };
+
+	(void)state;
+	assert_int_equal(pd_test_broker_start(&b, "itD", args), 0);
+	for (int i = 0; i < 1000 && !pd_test_broker_log_has(&b, " ready: "); i++)
+		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	assert_int_equal(pd_test_broker_log_has(&b, " ready: "), 1);
+	assert_int_equal(pd_test_broker_log_has(&b, "not offered"), 0);
+	assert_int_equal(pd_test_broker_stop(&b), 0);
+}
+
 /* --help names --max-agents, its bound and its default. */
 static void test_help_lists_max_agents(void **state)
 {
@@ -137,6 +154,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_group_owns_sockets_and_segment),
+		cmocka_unit_test(test_send_pool_deeper_than_a_transport_starts),
 		cmocka_unit_test(test_unknown_group_refused),
 		cmocka_unit_test(test_required_transport_missing_refused),
 		cmocka_unit_test(test_too_many_agents_refused),

@@ -117,13 +117,18 @@ static int tcp_create(const struct pd_xport_env *env, int recv_side, struct pd_x
 	o.ops = &tcp_up;
 	o.ctx = x;
 	o.lanes = env->threads;
+	/* Every write is one staging slot: a peer never has more out than that,
+	 * nor more than the transport's most. */
 	if (env->queue_depth > o.queue_depth)
 		o.queue_depth = env->queue_depth;
+	if (o.queue_depth > PD_TCP_MAX_DEPTH)
+		o.queue_depth = PD_TCP_MAX_DEPTH;
 	if (env->max_frame > o.max_frame)
 		o.max_frame = (uint32_t)env->max_frame;
 	rc = pd_tcp_create(&o, &x->t);
 	if (rc < 0)
-		(void)snprintf(why, wlen, "%s", pd_strerror(rc));
+		(void)snprintf(why, wlen, "TCP transport (%u lanes, %u writes a peer): %s", o.lanes,
+			       o.queue_depth, pd_strerror(rc));
 	else if (recv_side)
 		rc = listen_data(x, env->data, why, wlen);
 	if (rc < 0) {
