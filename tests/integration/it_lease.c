@@ -37,7 +37,9 @@ struct hog {
 	const char *req; /* recv: the request to pin */
 	int scribble;    /* send: make the loans' descriptors name nobody */
 	int lock;        /* 1: stop holding the send pool's mutex; 2: garbage over it;
-			  * 3: make it look held by a thread that does not exist */
+			  * 3: make it look held by a thread that does not exist;
+			  * 4: as 1, once a byte comes on go (ready once attached) */
+	int go;
 	int wait;        /* send: hold the loans running (until killed), not stopped */
 	unsigned hold_ms; /* recv: hold the pins this long running, then exit (0: stop) */
 };
@@ -91,6 +93,8 @@ static int hog_lock(void *arg)
 
 	if (pd_test_agent_attach(&h->t->p, PD_AGENT_SEND, &a) < 0 || !(s = send_pool(h)))
 		return 2;
+	if (h->lock == 4 && (ready(h) || read(h->go, &(char){ 0 }, 1) != 1))
+		return 5;
 	if (h->lock == 3) {
 		int32_t tid = gone_tid();
 
@@ -102,9 +106,9 @@ static int hog_lock(void *arg)
 		   pd_pool_lock(&p, 0, pd_deadline_ms(1000)) < 0) {
 		return 3;
 	}
-	if (ready(h))
+	if (h->lock != 4 && ready(h))
 		return 4;
-	if (h->lock >= 2)
+	if (h->lock == 2 || h->lock == 3)
 		(void)pause();
 	else
 		(void)raise(SIGSTOP);
@@ -439,6 +443,46 @@ static void test_put_behind_a_held_lock_fails_and_frees_its_slots(void **state)
 	it_stop(t, 0);
 }
 
+/*
+ * A request whose writes complete while a stopped agent holds the send
+ * pool's mutex: the broker cannot free its staging then (the lock does
+ * not come), so the free waits for the next lease look after the holder
+ * is fenced, and every slot comes back. The decode broker is stopped for
+ * a moment, so the holder takes the mutex after the prefill broker took
+ * the request's slots and before the writes are acknowledged.
+ */
+static void test_staging_freed_behind_a_held_lock_comes_back_later(void **state)
+{
+	static const char *const extra[] = { "--loan-timeout", "0", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 64,
+							.p_extra = extra });
+	struct hog h = { .t = t, .lock = 4 };
+	int go[2];
+	pid_t hpid;
+
+	(void)state;
+	assert_int_equal(pipe(go), 0);
+	h.go = go[0];
+	hpid = start_hog(&h, hog_lock);
+	assert_int_equal(it_declare_on(t, t->pa, "A", 4), 0);
+	assert_int_equal(it_wait_admission(t->pa, "A"), PD_REQ_ADMITTED);
+	assert_int_equal(kill(t->d.pid, SIGSTOP), 0);
+	assert_int_equal(it_stage(t, t->pa, "A", 0, 4, 4, IT_WAIT_MS), 0);
+	(void)usleep(200 * 1000); /* the writes are out, their acks not */
+	assert_int_equal(write(go[1], "1", 1), 1);
+	(void)usleep(200 * 1000);
+	assert_int_equal(kill(t->d.pid, SIGCONT), 0);
+	(void)close(go[0]);
+	(void)close(go[1]);
+	it_expect_event(t, "A", PD_EV_PUT_DONE);
+	assert_int_equal(wait_hog(hpid), 128 + SIGKILL); /* the holder, fenced */
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	assert_int_equal(pd_test_broker_log_has(&t->p, "staging slots not freed yet"), 1);
+	it_verify(t, "A", 4);
+	assert_int_equal(pd_recv_release(t->da, "A"), 0);
+	it_stop(t, 0);
+}
+
 /* The send pool's mutex "held" by a thread that does not exist, with no
  * owner-died flag for the kernel to set: the broker sees the holder is
  * not alive (/proc) and makes it new; nobody is fenced. */
@@ -488,6 +532,8 @@ int main(void)
 					  kill_hog),
 		cmocka_unit_test_teardown(test_garbage_over_the_pool_lock_is_reset, kill_hog),
 		cmocka_unit_test_teardown(test_lock_held_by_no_thread_is_reset, kill_hog),
+		cmocka_unit_test_teardown(test_staging_freed_behind_a_held_lock_comes_back_later,
+					  kill_hog),
 		cmocka_unit_test_teardown(test_put_behind_a_held_lock_fails_and_frees_its_slots,
 					  kill_hog),
 	};
