@@ -40,7 +40,19 @@ static int sock_closed(struct pd_agent *a)
 	return poll(&p, 1, 0) > 0 && p.revents;
 }
 
-/* 0 while the broker lives; -ENOTCONN (latched) once it is gone. */
+int pd_ag_fenced(const struct pd_agent *a)
+{
+	const struct pd_agent_table *t = a->shm.agents;
+
+	return t && a->id >= 1 && a->id <= a->shm.max_agents &&
+	       atomic_load_explicit(&t->slot[a->id - 1].state, memory_order_acquire) ==
+		       PD_AGENT_FENCED;
+}
+
+/* 0 while the broker lives and serves this agent; -ENOTCONN (latched)
+ * once it is gone, or has fenced this agent: a fenced agent the broker
+ * could not kill takes no more staging, and what it holds comes back
+ * when it detaches. */
 int pd_ag_check_broker(void *ctx)
 {
 	struct pd_agent *a = ctx;
@@ -48,6 +60,12 @@ int pd_ag_check_broker(void *ctx)
 
 	if (atomic_load(&a->gone))
 		return -ENOTCONN;
+	if (pd_ag_fenced(a)) {
+		if (!atomic_exchange(&a->gone, 1))
+			AG_LOG(a, ERR, "agent %u fenced by the broker (a lease broke, see its log): "
+			       "detach", a->id);
+		return -ENOTCONN;
+	}
 	if (st == PD_SHM_DEAD || st == PD_SHM_DRAINING || a->shm.seg.hdr->epoch != a->epoch ||
 	    sock_closed(a)) {
 		if (!atomic_exchange(&a->gone, 1)) /* said once */

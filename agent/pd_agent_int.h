@@ -69,6 +69,9 @@ struct pd_agent {
 
 /* pd_agent.c */
 int pd_ag_check_broker(void *ctx);
+/* 1 when the broker fenced this agent (a lease broke) and serves it no
+ * more: its slot of the agent table says so. */
+int pd_ag_fenced(const struct pd_agent *a);
 uint64_t pd_ag_tag(const void *req_id, uint32_t len);
 
 /* pd_agent_abi.c */

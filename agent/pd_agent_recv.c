@@ -166,8 +166,9 @@ int pd_ag_recv_lookup_tag(struct pd_agent *a, const void *key, uint32_t klen,
 	if (!recv_side(a) || !key || klen == 0 || klen > PD_KEY_MAX || !ptr || !len)
 		return -EINVAL;
 	/* Seen gone by any call (no syscall here: lookups are the hot path):
-	 * a pin now would be in a journal nobody reads, never released. */
-	if (atomic_load(&a->gone) ||
+	 * a pin now would be in a journal nobody reads, never released; nor
+	 * does a fenced agent pin again (the broker dropped its pins). */
+	if (atomic_load(&a->gone) || pd_ag_fenced(a) ||
 	    atomic_load_explicit(&a->shm.seg.hdr->state, memory_order_acquire) == PD_SHM_DEAD)
 		return -ENOTCONN;
 	cell = reserve_cell(a);

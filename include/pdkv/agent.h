@@ -12,7 +12,9 @@
  * nothing unless PD_LOG_LEVEL / pd_agent_set_log_fn() asks), never exits,
  * never installs signal handlers. When the broker goes away every blocked
  * call returns -ENOTCONN promptly (within about a second) and later calls
- * return -ENOTCONN at once.
+ * return -ENOTCONN at once. The same holds for an agent the broker fenced
+ * (it held a loan or a pin past its lease, see --loan-timeout) without
+ * killing it: detach it, which gives back what it still holds.
  *
  * Thread-safety: one struct pd_agent may be used from several threads,
  * except pd_put(), which one thread at a time calls (one submission ring
