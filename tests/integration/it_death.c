@@ -136,6 +136,40 @@ static void test_prefill_broker_sigterm_says_goodbye(void **state)
 	it_stop(t, 0);
 }
 
+/* The prefill broker killed with A half received at the decode broker,
+ * and started again at once under its name and control endpoint, well
+ * inside the silence deadline (15 s here): the decode broker ends the old
+ * session on its connections' reset, so A's decode slots are back before
+ * the new broker's first request (which succeeds), not at the deadline
+ * nor at the recv-ttl. */
+static void test_prefill_broker_restarted_quickly(void **state)
+{
+	struct it *t = start_slow_heartbeat();
+	struct it_args pargs;
+	char req[32];
+	uint64_t t0;
+
+	(void)state;
+	assert_int_equal(it_wait_free(&t->d, 1, 56), 56); /* A's 8 granted with its admission */
+	pd_agent_detach(t->pa);
+	t->pa = NULL;
+	it_kill(&t->p);
+	t0 = pd_now_ns();
+	assert_int_equal(pd_test_broker_restart(&t->p, it_args(&pargs, 16, 0,
+							       &(struct it_opts){ .heartbeat = "5s" },
+							       NULL, 1)),
+			 0);
+	t->pa = it_attach(&t->p, PD_AGENT_SEND);
+	assert_true(it_put_until_done(t, "B", req, sizeof(req)) >= 0);
+	it_verify(t, req, 2);
+	assert_int_equal(pd_recv_release(t->da, req), 0);
+	assert_int_equal(it_wait_free(&t->d, 1, 64), 64);
+	(void)fprintf(stderr, "decode slots of the restarted sender's half-sent request back in "
+		      "%.2f s after the kill\n", (double)(pd_now_ns() - t0) / 1e9);
+	assert_true(pd_now_ns() - t0 < 5 * PD_NS_PER_S);
+	it_stop(t, 0);
+}
+
 /* The decode broker restarted faster than the silence deadline: the
  * sender sees its data lanes drop, says Hello again at once and holds new
  * requests for the new session, so the first request after the restart
@@ -151,6 +185,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decode_broker_killed_then_restarted),
 		cmocka_unit_test(test_prefill_broker_killed),
+		cmocka_unit_test(test_prefill_broker_restarted_quickly),
 		cmocka_unit_test(test_decode_broker_restarted_quickly),
 		cmocka_unit_test(test_decode_broker_sigterm),
 		cmocka_unit_test(test_prefill_broker_sigterm_says_goodbye),
