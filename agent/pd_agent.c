@@ -40,6 +40,11 @@ static int sock_closed(struct pd_agent *a)
 	return poll(&p, 1, 0) > 0 && p.revents;
 }
 
+int pd_ag_sends(const struct pd_agent *a)
+{
+	return a && a->shm.has_send && (a->roles & PD_AGENT_SEND);
+}
+
 int pd_ag_fenced(const struct pd_agent *a)
 {
 	const struct pd_agent_table *t = a->shm.agents;
@@ -109,16 +114,20 @@ static void close_fds(int *fds, uint32_t n)
 			(void)close(fds[i]);
 }
 
-/* The regions an agent writes: the pools' mutexes and condvars, the send
- * pool it allocates from, its own rings and pin journal (the rest of the
- * agents region turns read-only once our slot is known), and the send
- * arena it fills (all of it: loans move between agents at allocation
- * rate, and an mprotect per loan costs more than the copy of its bytes).
- * The rest (header, recv pool, arena and index, statistics) it only
- * reads: its pins are hazards in its own journal. */
-#define AG_RW_REGIONS \
-	((1u << PD_REGION_CONTROL) | (1u << PD_REGION_SEND_POOL) | (1u << PD_REGION_AGENTS) | \
-	 (1u << PD_REGION_SEND_ARENA))
+/* The regions an agent writes: its own rings and pin journal (the rest of
+ * the agents region turns read-only once our slot is known) and, a
+ * sender only, the send pool it allocates from under the pool's mutex and
+ * the send arena it fills (all of it: loans move between senders at
+ * allocation rate, and an mprotect per loan costs more than the copy of
+ * its bytes). The rest (header, recv pool, arena and index, statistics;
+ * the send side for a receiver) it only reads: its pins are hazards in
+ * its own journal. */
+static uint32_t rw_regions(uint32_t roles)
+{
+	uint32_t send = (1u << PD_REGION_SEND_POOL) | (1u << PD_REGION_SEND_ARENA);
+
+	return (1u << PD_REGION_AGENTS) | (roles & PD_AGENT_SEND ? send : 0);
+}
 
 /* The arena file, when the segment has one: the one the ack describes. */
 static int map_arenas(struct pd_segment *seg, int arena_fd, const struct pd_attach_ack *ack)
@@ -143,7 +152,7 @@ static int map_segment(struct pd_agent *a, const int *fds, const struct pd_attac
 	}
 	/* What only the broker writes is read-only here: a stray write of this
 	 * process faults in it, not in the broker or the other agents. */
-	rc = pd_segment_protect(&a->shm.seg, AG_RW_REGIONS);
+	rc = pd_segment_protect(&a->shm.seg, rw_regions(a->roles));
 	if (rc < 0 && rc != -ENOTSUP) {
 		pd_layout_close(&a->shm);
 		return rc;
@@ -209,6 +218,7 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 	AG_LOG(a, DEBUG, "attaching to %s (roles %#x, rank %u of %u, timeout %u ms)", path,
 	       o->roles, o->tp_rank, o->tp_size, ms);
 	pd_attach_hello_init(&h, o->roles, o->tp_rank, o->tp_size);
+	a->roles = o->roles;
 	rc = pd_attach_connect(path, &h, ms, &ack, fds, &a->sock, NULL, 0);
 	if (rc < 0)
 		return rc;
@@ -236,7 +246,7 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 static void release(struct pd_agent *a)
 {
 	pd_ag_unpin_all(a);
-	if (a->shm.has_send)
+	if (pd_ag_sends(a))
 		(void)pd_pool_reclaim(&a->shm.send, a->id);
 	(void)close(a->sock);
 	(void)close(a->bell_in);

@@ -33,6 +33,7 @@ struct pd_agent {
 	int bell_in;                 /* the broker rings it: completions */
 	int bell_out;                /* we ring it: submissions */
 	uint32_t id;
+	uint32_t roles;              /* PD_AGENT_SEND | PD_AGENT_RECV, as attached */
 	uint64_t epoch;
 	struct pd_ring_view sq, cq;
 	_Atomic int gone;            /* the broker is gone: everything fails -ENOTCONN */
@@ -72,6 +73,8 @@ int pd_ag_check_broker(void *ctx);
 /* 1 when the broker fenced this agent (a lease broke) and serves it no
  * more: its slot of the agent table says so. */
 int pd_ag_fenced(const struct pd_agent *a);
+/* 1 when a attached as a sender and its broker has a send pool. */
+int pd_ag_sends(const struct pd_agent *a);
 uint64_t pd_ag_tag(const void *req_id, uint32_t len);
 
 /* pd_agent_abi.c */

@@ -10,7 +10,7 @@
 
 static int send_side(const struct pd_agent *a)
 {
-	return a && a->shm.has_send;
+	return pd_ag_sends(a);
 }
 
 int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *slots,
@@ -221,7 +221,7 @@ int pd_cancel(struct pd_agent *a, const char *req_id)
 	if (!a || pd_ag_req_copy(e.u.req.req_id, &e.u.req.req_id_len, req_id) < 0)
 		return -EINVAL;
 	pd_ag_mark_cancelled(a, pd_ag_tag(e.u.req.req_id, e.u.req.req_id_len));
-	if (a->shm.has_send)
+	if (pd_ag_sends(a))
 		(void)pd_pool_cancel(&a->shm.send, pd_ag_tag(e.u.req.req_id, e.u.req.req_id_len));
 	/* A cancel must reach the broker: wait (bounded) for ring room. */
 	while ((rc = pd_ag_submit(a, &e, 1)) == -EAGAIN && pd_now_ns() < deadline)

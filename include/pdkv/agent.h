@@ -83,7 +83,9 @@ struct pd_agent_opts {
 	const char *broker;         /* broker name; NULL: $PDKV_BROKER, else "default" */
 	const char *rundir;         /* NULL: $PDKV_RUNDIR, else the user's default
 				     * rundir, then /run/pdkv (a root broker's) */
-	uint32_t roles;             /* PD_AGENT_SEND | PD_AGENT_RECV */
+	uint32_t roles;             /* PD_AGENT_SEND | PD_AGENT_RECV; without SEND the
+				     * send calls return -EINVAL and the send side
+				     * is mapped read-only */
 	uint32_t tp_rank;
 	uint32_t tp_size;
 	uint32_t attach_timeout_ms; /* waiting for a starting broker; 0: 5000 */
@@ -205,7 +207,8 @@ int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status);
  *         request was cancelled or failed, before or during the wait (its
  *         PD_EV_PUT_FAILED and pd_req_state() say why); -EALREADY the
  *         request completed; -E2BIG n exceeds the send pool; -ENOTCONN
- *         the broker is gone; -EINVAL.
+ *         the broker is gone; -EINVAL (also: not attached with
+ *         PD_AGENT_SEND, or the broker has no send pool).
  */
 int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *slots,
 	     uint32_t timeout_ms);

@@ -7,7 +7,8 @@
  * and the other agents' requests complete, every byte verified.
  *
  * So does a write into what other agents hold in the agents region: their
- * rings and pin journals, and the agent table.
+ * rings and pin journals, and the agent table; and a receiving agent's
+ * write into the send pool or arena.
  *
  * And what a worker may write (the send pool it allocates from, its own
  * rings, its own pin journal) is input: a scribbler writing garbage there while pdbench runs
@@ -161,6 +162,61 @@ static void test_stray_writes_into_others_fault(void **state)
 	it_stop(t, 0);
 }
 
+/* ---- the send side, to a receiver ------------------------------------------------ */
+
+struct side_arg {
+	const struct pd_test_broker *b;
+	uint32_t roles;
+	int region;                  /* PD_REGION_SEND_POOL or PD_REGION_SEND_ARENA */
+};
+
+/* The child: attach with roles, write the region's first byte through the
+ * agent's own mapping. It returns (exit 0) only if the write did not fault. */
+static int side_writer(void *arg)
+{
+	const struct side_arg *s = arg;
+	struct pd_agent *a = NULL;
+	volatile uint8_t *p;
+	size_t len = 0;
+
+	if (pd_test_agent_attach(s->b, s->roles, &a) < 0)
+		return 2;
+	p = pd_segment_region(&a->shm.seg, (uint32_t)s->region, &len);
+	if (!p || !len)
+		return 3;
+	(void)signal(SIGSEGV, SIG_DFL);
+	p[0] = 0; /* a free slot's first payload byte, or the pool's mutex word */
+	return 0;
+}
+
+static int side_write(const struct pd_test_broker *b, uint32_t roles, int region)
+{
+	struct side_arg s = { .b = b, .roles = roles, .region = region };
+	pid_t pid = pd_test_fork(side_writer, &s);
+
+	assert_true(pid > 0);
+	return pd_test_wait(pid, 10000);
+}
+
+/* A receiving agent of a broker with both pools writes neither the send
+ * pool nor the send arena: it allocates nothing, so its stray writes there
+ * fault in it, and a sender's staged bytes are safe from it. A sender
+ * still writes the arena. */
+static void test_receiver_cannot_write_the_send_side(void **state)
+{
+	static const char *const args[] = { "--send-slots", "8", "--recv-slots", "8",
+					    "--slot-size", "64K", NULL };
+	struct pd_test_broker b;
+
+	(void)state;
+	assert_int_equal(pd_test_broker_start(&b, "itB", args), 0);
+	assert_int_equal(side_write(&b, PD_AGENT_RECV, PD_REGION_SEND_POOL), 128 + SIGSEGV);
+	assert_int_equal(side_write(&b, PD_AGENT_RECV, PD_REGION_SEND_ARENA), 128 + SIGSEGV);
+	assert_int_equal(side_write(&b, PD_AGENT_SEND, PD_REGION_SEND_ARENA), 0);
+	assert_int_equal(it_wait_free(&b, 0, 8), 8);
+	assert_int_equal(pd_test_broker_stop(&b), 0);
+}
+
 /* ---- a scribbler beside pdbench ------------------------------------------------ */
 
 #define SCRIBBLE_ROUNDS 100 /* of 20 ms: 2 s of garbage */
@@ -308,6 +364,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stray_writes_fault_in_the_worker),
 		cmocka_unit_test(test_stray_writes_into_others_fault),
+		cmocka_unit_test(test_receiver_cannot_write_the_send_side),
 		cmocka_unit_test(test_scribbler_beside_pdbench),
 	};
 
