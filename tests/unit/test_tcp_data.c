@@ -370,6 +370,125 @@ static void test_direct_refused(void **state)
 	assert_int_equal(pd_tcp_disconnect(f->tx, FX_PEER), 0);
 }
 
+/* The peer disconnected while a direct write waits for its ACK (the
+ * receiver holds it): the frame completes once, as failed, with the
+ * peer's completion, and the transport's event fd is not left readable
+ * (the lane's socket went from it, so nothing spins on it). */
+static void test_direct_disconnect_armed(void **state)
+{
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	static uint8_t src[2][4 * KIB];
+	struct pd_xfer x[2];
+	struct pd_cpl cpl[3];
+	struct pollfd pfd;
+	uint64_t d0;
+	int n;
+
+	c.io_ms = 10000;
+	fx_open(f, &c);
+	for (uint32_t i = 0; i < 2; i++) {
+		fx_grant(f, i, 1, 1);
+		x[i] = fx_xfer(i, src[i], sizeof(src[i]), i, 1, 1);
+	}
+	fx_connect(f, FX_TOKEN);
+	direct_one(f, &x[0]);
+	fx_gate_set(f, fx_get(f, &f->claims), 0);
+	d0 = fx_stats(f->tx).direct_tx;
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
+	assert_int_equal(fx_stats(f->tx).direct_tx, d0 + 1);
+	assert_int_equal(pd_tcp_disconnect(f->tx, FX_PEER), 0);
+	n = fx_wait(f->tx, cpl, 3, 500);
+	assert_true(n >= 1);
+	assert_int_equal(cpl[0].cookie, 1);
+	assert_true(cpl[0].status < 0);
+	for (int i = 1; i < n; i++)
+		assert_int_equal(cpl[i].kind, PD_CPL_PEER);
+	pfd = (struct pollfd){ .fd = pd_tcp_event_fd(f->tx), .events = POLLIN };
+	assert_int_equal(poll(&pfd, 1, 200), 0);
+	fx_gate_set(f, UINT32_MAX, 1);
+}
+
+/* A listener of our own standing in for the receiver: accept the n lanes
+ * and answer their HELLOs; the accepted sockets go to fds. */
+static uint16_t raw_listener(int *lfd)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+
+	*lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(*lfd >= 0);
+	assert_int_equal(inet_pton(AF_INET, FX_HOST, &a.sin_addr), 1);
+	assert_int_equal(bind(*lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(*lfd, 8), 0);
+	assert_int_equal(getsockname(*lfd, (struct sockaddr *)&a, &len), 0);
+	return ntohs(a.sin_port);
+}
+
+static void raw_accept_lanes(int lfd, int *fds, uint32_t n)
+{
+	struct timeval tv = { 3, 0 };
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct pd_tcp_hdr h;
+
+		fds[i] = accept(lfd, NULL, NULL);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+		assert_int_equal(fx_raw_recv_hdr(fds[i], &h), 0);
+		assert_int_equal(h.type, PD_TCP_T_HELLO);
+		fx_raw_hdr(fds[i], PD_TCP_T_HELLO, h.slot, h.gen, 0, 0, 0);
+	}
+}
+
+/* A direct write answered with an ACK that is not its own (another
+ * cookie): a protocol error, counted; the write and the peer fail, once,
+ * and nothing lands as done. */
+static void test_direct_bad_ack(void **state)
+{
+	enum { LEN = 4 * KIB };
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	static uint8_t src[LEN], got[LEN];
+	struct pd_xfer x = fx_xfer(5, src, LEN, 3, 1, 9);
+	struct pd_cpl cpl[3];
+	struct pollfd pfd[2];
+	struct pd_tcp_hdr h;
+	int lfd, fds[2], n, in = -1;
+
+	c.lanes = 2;
+	fx_open(f, &c);
+	assert_int_equal(pd_tcp_connect(f->tx, FX_PEER, FX_HOST, raw_listener(&lfd), FX_TOKEN), 0);
+	raw_accept_lanes(lfd, fds, 2);
+	fx_sleep_ms(50); /* both lane threads idle after their HELLO */
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x, 1), 1);
+	assert_int_equal(fx_stats(f->tx).direct_tx, 1);
+	for (int i = 0; i < 2; i++)
+		pfd[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+	assert_true(poll(pfd, 2, 3000) >= 1);
+	in = pfd[0].revents & POLLIN ? fds[0] : fds[1];
+	assert_int_equal(fx_raw_recv_hdr(in, &h), 0);
+	assert_int_equal(h.type, PD_TCP_T_DATA);
+	assert_int_equal(recv(in, got, LEN, MSG_WAITALL), LEN);
+	fx_raw_hdr(in, PD_TCP_T_ACK, h.slot, h.gen, 0, h.cookie + 1, h.tag);
+	n = fx_wait(f->tx, cpl, 3, FX_WAIT_MS);
+	assert_true(n >= 1);
+	assert_int_equal(cpl[0].kind, PD_CPL_WRITE);
+	assert_int_equal(cpl[0].cookie, 5);
+	assert_true(cpl[0].status < 0);
+	if (n == 1)
+		n += fx_wait(f->tx, cpl + 1, 1, FX_WAIT_MS);
+	assert_int_equal(n, 2);
+	assert_int_equal(cpl[1].kind, PD_CPL_PEER);
+	assert_int_equal(fx_wait(f->tx, cpl, 1, 100), 0); /* once */
+	assert_true(fx_stats(f->tx).proto_errors >= 1);
+	assert_int_equal(fx_stats(f->tx).writes_ok, 0);
+	assert_int_equal(pd_tcp_disconnect(f->tx, FX_PEER), 0);
+	for (int i = 0; i < 2; i++)
+		(void)close(fds[i]);
+	(void)close(lfd);
+}
+
 static void test_idle_cpu(void **state)
 {
 	struct fx *f = *state;
@@ -405,6 +524,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_direct, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_direct_timeout, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_direct_refused, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_direct_disconnect_armed, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_direct_bad_ack, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_idle_cpu, fx_setup, fx_teardown),
 	};
 
