@@ -302,8 +302,9 @@ int pd_agent_attach(const struct pd_agent_opts *uo, struct pd_agent **out)
 	rc = pd_ag_opts_read(uo, &o);
 	if (rc < 0)
 		return rc;
-	if (o.flags || !o.roles || (o.roles & ~(PD_AGENT_SEND | PD_AGENT_RECV)))
-		return -EINVAL;
+	if (o.flags || !o.roles || (o.roles & ~(PD_AGENT_SEND | PD_AGENT_RECV)) ||
+	    o.tp_size == 0 || o.tp_rank >= o.tp_size)
+		return -EINVAL; /* the broker would refuse the hello (-EPROTO) */
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return -ENOMEM;

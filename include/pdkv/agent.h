@@ -116,7 +116,8 @@ void pd_agent_opts_init(struct pd_agent_opts *o, size_t opts_size);
  *             defaults; bytes past the fields this library knows must be 0.
  * @param out  set only on success.
  * @return 0; -EINVAL bad opts (opts_size too small or too large, unknown
- *         bytes not zero, bad roles, unknown flags); -ENOENT no broker of
+ *         bytes not zero, bad roles, unknown flags, tp_size 0 or
+ *         tp_rank not below it); -ENOENT no broker of
  *         that name; -ETIMEDOUT it did not answer in time; -EACCES
  *         refused (not the broker's user or group); -EUSERS refused: the
  *         broker has as many agents attached as its --max-agents allows

@@ -27,6 +27,13 @@ static void test_attach_errors(void **state)
 	o.flags = 0;
 	o.roles = 0;
 	assert_int_equal(pd_agent_attach(&o, &a), -EINVAL);
+	o.roles = PD_AGENT_SEND;
+	o.tp_rank = 2; /* of tp_size 2: at once, not the broker's -EPROTO */
+	o.tp_size = 2;
+	assert_int_equal(pd_agent_attach(&o, &a), -EINVAL);
+	o.tp_size = 0;
+	o.tp_rank = 0;
+	assert_int_equal(pd_agent_attach(&o, &a), -EINVAL);
 	assert_null(a);
 	pd_agent_detach(NULL);
 }
