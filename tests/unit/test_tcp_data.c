@@ -308,22 +308,19 @@ static void test_direct(void **state)
 	assert_int_equal(fx_stats(f->tx).proto_errors + fx_stats(f->tx).conn_errors, 0);
 }
 
-/* A direct write the receiver never acknowledges still fails after
- * io_timeout_ms: the idle lane thread takes it back and times it out. */
-static void test_direct_timeout(void **state)
+/* Two 4 KiB writes granted: the first goes direct and lands, then the
+ * receiver holds its claims (the gate shut) and the second goes direct
+ * too, not acknowledged. */
+static void direct_held(struct fx *f, uint32_t io_ms, uint8_t (*src)[4 * KIB], struct pd_xfer *x)
 {
-	struct fx *f = *state;
 	struct fx_cfg c = fx_cfg_default();
-	static uint8_t src[2][4 * KIB];
-	struct pd_xfer x[2];
-	struct pd_cpl cpl[3];
 	uint64_t d0;
 
-	c.io_ms = 300;
+	c.io_ms = io_ms;
 	fx_open(f, &c);
 	for (uint32_t i = 0; i < 2; i++) {
 		fx_grant(f, i, 1, 1);
-		x[i] = fx_xfer(i, src[i], sizeof(src[i]), i, 1, 1);
+		x[i] = fx_xfer(i, src[i], 4 * KIB, i, 1, 1);
 	}
 	fx_connect(f, FX_TOKEN);
 	direct_one(f, &x[0]);
@@ -331,6 +328,18 @@ static void test_direct_timeout(void **state)
 	d0 = fx_stats(f->tx).direct_tx;
 	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
 	assert_int_equal(fx_stats(f->tx).direct_tx, d0 + 1); /* the direct way, not a lane's */
+}
+
+/* A direct write the receiver never acknowledges still fails after
+ * io_timeout_ms: the idle lane thread takes it back and times it out. */
+static void test_direct_timeout(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t src[2][4 * KIB];
+	struct pd_xfer x[2];
+	struct pd_cpl cpl[3];
+
+	direct_held(f, 300, src, x);
 	assert_int_equal(fx_wait(f->tx, cpl, 2, FX_WAIT_MS), 2);
 	assert_int_equal(cpl[0].cookie, 1);
 	assert_int_equal(cpl[0].status, -ETIMEDOUT);
@@ -377,26 +386,13 @@ static void test_direct_refused(void **state)
 static void test_direct_disconnect_armed(void **state)
 {
 	struct fx *f = *state;
-	struct fx_cfg c = fx_cfg_default();
 	static uint8_t src[2][4 * KIB];
 	struct pd_xfer x[2];
 	struct pd_cpl cpl[3];
 	struct pollfd pfd;
-	uint64_t d0;
 	int n;
 
-	c.io_ms = 10000;
-	fx_open(f, &c);
-	for (uint32_t i = 0; i < 2; i++) {
-		fx_grant(f, i, 1, 1);
-		x[i] = fx_xfer(i, src[i], sizeof(src[i]), i, 1, 1);
-	}
-	fx_connect(f, FX_TOKEN);
-	direct_one(f, &x[0]);
-	fx_gate_set(f, fx_get(f, &f->claims), 0);
-	d0 = fx_stats(f->tx).direct_tx;
-	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x[1], 1), 1);
-	assert_int_equal(fx_stats(f->tx).direct_tx, d0 + 1);
+	direct_held(f, 10000, src, x);
 	assert_int_equal(pd_tcp_disconnect(f->tx, FX_PEER), 0);
 	n = fx_wait(f->tx, cpl, 3, 500);
 	assert_true(n >= 1);
