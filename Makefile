@@ -136,7 +136,7 @@ help:
 	@echo "make check      the whole test suite under ASan + UBSan (build/asan)"
 	@echo "make tsan       threaded tests under TSan (build/tsan)"
 	@echo "make test-rdma  the RDMA transport on SoftRoCE in a qemu guest (apt installs qemu and a kernel; skips visibly without)"
-	@echo "make test-netfault  loss, rate limit, link down, data-port blackhole between brokers in network namespaces (root; skips visibly without)"
+	@echo "make test-netfault  loss, rate limit, link down, data-port blackhole, sender host restart between brokers in network namespaces (root; skips visibly without)"
 	@echo "make bench      micro-benchmarks (shm core, receiver engine) beside their baselines"
 	@echo "make bench-python  the Python binding beside C: per-call cost, worker throughput (BENCH_ARGS=--runs 3)"
 	@echo "make compare-peers  pdbench beside iperf3 and UCX, 64K..4M chunks: a table and a chart in $(B)/compare-peers (COMPARE_ARGS=--quick)"

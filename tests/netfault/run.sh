@@ -40,6 +40,22 @@
 #              they never land: refused at the grant check (the line's
 #              "data frames ... refused") or dropped with their connection,
 #              which the session's end fenced.
+#   restart    (run last: it starts both brokers again, --heartbeat RS_HB,
+#              so a silent peer is declared dead only after 3 of them, 30 s)
+#              a sender host that crashed and came back at once: under
+#              traffic the decode link goes down, the prefill broker and its
+#              load are killed, and the prefill namespace is deleted and made
+#              again with a new veth pair (so the dead broker's FIN never
+#              leaves, and the new "host" knows none of the old
+#              connections); the decode broker still holds what it half
+#              received. The prefill broker is started again under its name
+#              and a run goes through it. Expected: every half-received
+#              request is rolled back within RS_BACK s of that run's start,
+#              far inside the silence deadline (the new epoch in the
+#              restarted broker's Hello ends the old session; with the epoch
+#              checks removed they stay, and the new requests fail), READY
+#              ones (whole, committed data a decode worker may still read)
+#              stay for their recv-ttl, and the run's requests all complete.
 # Per scenario run, the expectations (each unmet one makes the run's line
 # FAIL):
 #   - the fault bit: packets dropped by the rule, the qdisc, or the link;
@@ -68,7 +84,7 @@
 #
 # Options:
 #   --build DIR      pdbroker, pdbench and pdctl (default build/release)
-#   --only LIST      scenarios, comma-separated (default loss,rate,linkdown,blackhole)
+#   --only LIST      scenarios, comma-separated (default loss,rate,linkdown,blackhole,restart)
 #   --loss PCT       loss percentage (default 10); --loss-secs S (default 8)
 #   --rate RATE      tbf rate (default 40mbit); --rate-secs S (default 8)
 #   --down-secs S    link down (default 5)
@@ -80,8 +96,9 @@
 set -uo pipefail
 
 T0=$SECONDS
-BUILD=build/release ONLY=loss,rate,linkdown,blackhole KEEP='' VERBOSE=0
+BUILD=build/release ONLY=loss,rate,linkdown,blackhole,restart KEEP='' VERBOSE=0
 LOSS=10 LOSS_S=8 RATE=40mbit RATE_S=8 DOWN_S=5 BH_RUNS=6 BH_S=15 BH_POST=14 HB=1s
+RS_HB=10s     # restart: the brokers' --heartbeat then (silence deadline 3 of them)
 # The load: 2 TP ranks per broker, 8 chunks of 256 KiB per rank, batches
 # of 4, 16 requests in flight against 128 receive slots (admission queues).
 # At the commit before the fix, a lighter load (8 in flight, 64 KiB slots)
@@ -91,6 +108,7 @@ REQS=100      # requests per pdbench run of the traffic loop
 CLEAN=100     # requests of the clean run after the fault
 TIMEOUT=30    # pdbench --timeout: a request's deadline
 RESUME_MAX=30 # seconds after the lift for the first READY
+RS_BACK=10    # restart: seconds after the link's return for every orphan to go
 PRE_S=1       # traffic before the fault goes on
 
 say() { [ "$VERBOSE" = 1 ] && echo "netfault [$((SECONDS - T0))s]: $*" >&2; return 0; }
@@ -124,7 +142,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 for s in ${ONLY//,/ }; do
-	case "$s" in loss | rate | linkdown | blackhole) ;; *) echo "$0: --only: unknown scenario '$s'" >&2; exit 2 ;; esac
+	case "$s" in loss | rate | linkdown | blackhole | restart) ;; *) echo "$0: --only: unknown scenario '$s'" >&2; exit 2 ;; esac
 done
 PDBROKER=$BUILD/pdbroker PDBENCH=$BUILD/pdbench PDCTL=$BUILD/pdctl
 for b in "$PDBROKER" "$PDBENCH" "$PDCTL"; do
@@ -488,6 +506,99 @@ down_off() {
 	esac
 }
 
+# ---- a sender host that crashed and came back ------------------------------------------
+# The decode broker's live requests, reservations and recv slots in use.
+decode_held() {
+	echo "$(pdctl_get "$DN" rx.live_requests) $(pdctl_get "$DN" reserved) $(pdctl_get "$DN" pool.recv.in_use)"
+}
+# Its requests not READY (half received); READY ones are whole, committed
+# data a decode worker may still read, kept until their --recv-ttl.
+decode_unready() {
+	"$PDCTL" --name "$DN" --rundir "$RUN" --timeout 1000 requests 2>/dev/null |
+		awk 'NR > 1 && $2 == "recv" && $3 != "ready" { n++ } END { print n + 0 }'
+}
+
+# The prefill namespace deleted (with the sockets its kernel kept for the
+# dead broker: their FIN never goes out) and made again, with a new veth
+# pair, as a host that rebooted: it answers the old connections with RST.
+prefill_host_again() {
+	local i
+	ip -n "$NSD" link del "$VD" # the pair goes, so no FIN can leave
+	ip netns del "$NSP"
+	for ((i = 0; i < 50; i++)); do ip netns list | grep -qw "$NSP" || break; sleep 0.1; done
+	ip netns add "$NSP" && ip link add "$VP" netns "$NSP" type veth peer name "$VD" netns "$NSD" &&
+		ip -n "$NSP" addr add "$IPP/24" dev "$VP" && ip -n "$NSD" addr add "$IPD/24" dev "$VD" &&
+		ip -n "$NSP" link set lo up && ip -n "$NSP" link set "$VP" up &&
+		ip -n "$NSD" link set "$VD" up || infra_fail "cannot make the prefill namespace again"
+}
+
+restart_scenario() {
+	local dir=$WORK/restart bad=() job held back=- t_up i hb=$HB line
+	mkdir -p "$dir"
+	say "restart: both brokers again with --heartbeat $RS_HB"
+	stop_pid "$PID_P"
+	stop_pid "$PID_D"
+	HB=$RS_HB
+	brokers
+	bench "$dir/warm" 10 3
+	# The load of the crashed host, its decode workers too (in a session of
+	# their own, killed with it): nobody releases what was half received.
+	setsid "$PDBENCH" --prefill-name "$PN" --decode-name "$DN" --decode-ctrl "tcp://$IPD:$CTRL_PORT" \
+		--rundir "$RUN" --tp "$TP" --requests "$REQS" --concurrency "$CONC" --chunks "$CHUNKS" \
+		--batch "$BATCH" --timeout "$TIMEOUT" --quiet >"$dir/cut.out" 2>&1 &
+	job=$!
+	for ((i = 0; i < 30; i++)); do
+		[ "$(pdctl_get "$DN" rx.live_requests)" -gt 0 ] 2>/dev/null && break
+		sleep 0.1
+	done
+	say "restart: under load: held $(decode_held)"
+	down_on
+	nap 0.5
+	kill -KILL -- "-$job" 2>/dev/null
+	kill -KILL "$PID_P" 2>/dev/null
+	wait "$job" 2>/dev/null
+	wait "$PID_P" 2>/dev/null
+	prefill_host_again # what its kernel knew of the connections is gone
+	say "restart: prefill broker and its load killed behind the down link, its host made new"
+	nap 1
+	held="$(decode_held), $(decode_unready) half received"
+	say "restart: held at the decode broker: $held"
+	broker_start "$NSP" "$PN" "$IPP" "$SEND_SLOTS" 0
+	PID_P=$BROKER_PID
+	nap 1
+	say "restart: prefill broker up again; held: $(decode_held)"
+	case "$held" in *", 0 half received") bad+=("nothing half received at the decode broker after the crash ($held): no test") ;; esac
+	t_up=$(now_ms)
+	bench "$dir/after" 20 $((RANDOM + 12)) & # its first request says Hello
+	job=$!
+	for ((i = 0; i < RS_BACK * 10; i++)); do
+		if [ "$(decode_unready)" = 0 ]; then
+			back=$(awk -v ms=$(($(now_ms) - t_up)) 'BEGIN { printf "%.1f", ms / 1000 }')
+			break
+		fi
+		sleep 0.1
+	done
+	wait "$job"
+	say "restart: after the run through the new broker: held $(decode_held)"
+	[ "$(pdctl_get "$DN" reserved)" = 0 ] || bad+=("$(pdctl_get "$DN" reserved) recv slots still reserved")
+	HB=$hb
+	[ "$back" != - ] || bad+=("still held ${RS_BACK}s after the restarted broker's first run began: $(decode_held) (live, reserved, slots), $(decode_unready) half received")
+	unset "${!S_@}"
+	[ -s "$dir/after.json" ] && eval "$(sum_json "$dir/after.json")"
+	[ "$(cat "$dir/after.rc")" = 0 ] && [ "${S_requests_ok:-0}" = 20 ] && [ "${S_corrupted:-1}" = 0 ] ||
+		bad+=("requests through the restarted broker: status $(cat "$dir/after.rc"), ${S_requests_ok:-0}/20 ok, ${S_corrupted:-?} corrupted")
+	line="restart: prefill broker killed behind a down link, its host made new, started again; held at the decode broker after the crash (live, reserved, slots in use): $held; every half-received one rolled back ${back}s after the restarted broker's first run began (silence deadline $((${RS_HB%s} * 3))s; READY ones stay for their recv-ttl: $(decode_held) left); after: ${S_requests_ok:-0}/20 ok"
+	if [ ${#bad[@]} -eq 0 ]; then
+		echo "PASS $line"
+		passed=$((passed + 1))
+	else
+		echo "FAIL $line"
+		for i in "${bad[@]}"; do echo "    - $i"; done
+		log_tails | sed 's/^/    | /'
+		failed=$((failed + 1))
+	fi
+}
+
 # ---- run -------------------------------------------------------------------------------
 topology
 brokers
@@ -509,6 +620,7 @@ for s in ${ONLY//,/ }; do
 		done ;;
 	esac
 done
+case ",$ONLY," in *,restart,*) restart_scenario ;; esac
 echo "netfault: $((SECONDS - T0)) s (brokers in netns $NSP/$NSD, $BUILD)"
 echo "$passed passed, $failed failed, 0 skipped"
 [ "$failed" -eq 0 ]
