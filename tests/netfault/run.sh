@@ -547,8 +547,8 @@ restart_scenario() {
 		--rundir "$RUN" --tp "$TP" --requests "$REQS" --concurrency "$CONC" --chunks "$CHUNKS" \
 		--batch "$BATCH" --timeout "$TIMEOUT" --quiet >"$dir/cut.out" 2>&1 &
 	job=$!
-	for ((i = 0; i < 30; i++)); do
-		[ "$(pdctl_get "$DN" rx.live_requests)" -gt 0 ] 2>/dev/null && break
+	for ((i = 0; i < 200; i++)); do # its agents start, attach, then load (slow on a busy host)
+		[ "$(pdctl_get "$DN" rx.live_requests)" -ge 4 ] 2>/dev/null && break
 		sleep 0.1
 	done
 	say "restart: under load: held $(decode_held)"
