@@ -64,6 +64,17 @@ struct pd_xport_env {
 	void *ctx;
 };
 
+/* The writes a peer may have out at once for a transport of default dflt
+ * and most max: every write is one staging slot, so env->queue_depth (the
+ * send slots) is never short, unless the transport takes fewer. */
+static inline uint32_t pd_xport_queue_depth(const struct pd_xport_env *env, uint32_t dflt,
+					    uint32_t max)
+{
+	uint32_t d = env->queue_depth > dflt ? env->queue_depth : dflt;
+
+	return d < max ? d : max;
+}
+
 /* Our entry in Hello. */
 struct pd_xport_offer {
 	char addr[PD_XPORT_ADDR_MAX];  /* "" : not offered */

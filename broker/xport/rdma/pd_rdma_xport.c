@@ -120,11 +120,7 @@ static void opts_of(const struct pd_xport_env *env, struct rdma_x *x, const char
 	o->ctx = x;
 	o->qps = env->rdma_qps;
 	o->max_peers = MAX_PEERS;
-	/* Every write is one staging slot: a peer never has more out than that. */
-	if (env->queue_depth > o->queue_depth)
-		o->queue_depth = env->queue_depth;
-	if (o->queue_depth > PD_RDMA_MAX_DEPTH)
-		o->queue_depth = PD_RDMA_MAX_DEPTH;
+	o->queue_depth = pd_xport_queue_depth(env, o->queue_depth, PD_RDMA_MAX_DEPTH);
 	o->max_conns = PD_RDMA_MAX_CONNS;
 	o->connect_timeout_ms = CONNECT_MS;
 }

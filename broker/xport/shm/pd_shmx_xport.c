@@ -48,10 +48,7 @@ static int make_copier(struct shm_x *x, const struct pd_xport_env *env, char *wh
 
 	pd_shmx_opts_init(&o);
 	o.threads = env->threads;
-	if (env->queue_depth > o.queue_depth)
-		o.queue_depth = env->queue_depth;
-	if (o.queue_depth > PD_SHMX_MAX_DEPTH)
-		o.queue_depth = PD_SHMX_MAX_DEPTH;
+	o.queue_depth = pd_xport_queue_depth(env, o.queue_depth, PD_SHMX_MAX_DEPTH);
 	rc = pd_shmx_create(&o, &x->s);
 	if (rc < 0)
 		(void)snprintf(why, wlen, "%s", pd_strerror(rc));

@@ -117,12 +117,7 @@ static int tcp_create(const struct pd_xport_env *env, int recv_side, struct pd_x
 	o.ops = &tcp_up;
 	o.ctx = x;
 	o.lanes = env->threads;
-	/* Every write is one staging slot: a peer never has more out than that,
-	 * nor more than the transport's most. */
-	if (env->queue_depth > o.queue_depth)
-		o.queue_depth = env->queue_depth;
-	if (o.queue_depth > PD_TCP_MAX_DEPTH)
-		o.queue_depth = PD_TCP_MAX_DEPTH;
+	o.queue_depth = pd_xport_queue_depth(env, o.queue_depth, PD_TCP_MAX_DEPTH);
 	if (env->max_frame > o.max_frame)
 		o.max_frame = (uint32_t)env->max_frame;
 	rc = pd_tcp_create(&o, &x->t);
