@@ -8,11 +8,6 @@
 #include "pd_agent_int.h"
 #include "pd_time.h"
 
-static int send_side(const struct pd_agent *a)
-{
-	return pd_ag_sends(a);
-}
-
 int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *slots,
 	     uint32_t timeout_ms)
 {
@@ -22,7 +17,7 @@ int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *sl
 	int rc;
 	AG_LOG_SCOPE(a);
 
-	if (!send_side(a) || !slots || n == 0 || len == 0 || len > PD_REQ_ID_MAX)
+	if (!pd_ag_sends(a) || !slots || n == 0 || len == 0 || len > PD_REQ_ID_MAX)
 		return -EINVAL;
 	if (pd_ag_check_broker(a) < 0)
 		return -ENOTCONN;
@@ -47,7 +42,7 @@ static int decl_ok(const struct pd_agent *a, const struct pd_decl *d)
 {
 	size_t ep = d && d->endpoint ? strnlen(d->endpoint, PD_ENDPOINT_MAX + 1) : 0;
 
-	return send_side(a) && d && ep && ep <= PD_ENDPOINT_MAX && !d->flags &&
+	return pd_ag_sends(a) && d && ep && ep <= PD_ENDPOINT_MAX && !d->flags &&
 	       d->world_size >= 1 && d->world_size <= PD_WORLD_MAX && d->rank < d->world_size &&
 	       pd_ag_zeroed(d->reserved, sizeof(d->reserved));
 }
@@ -89,7 +84,7 @@ int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status)
 	int rc;
 	AG_LOG_SCOPE(a);
 
-	if (!send_side(a) || pd_ag_req_copy(id, &len, req_id) < 0)
+	if (!pd_ag_sends(a) || pd_ag_req_copy(id, &len, req_id) < 0)
 		return -EINVAL;
 	if (pd_ag_check_broker(a) < 0)
 		return -ENOTCONN;
@@ -112,14 +107,14 @@ static int loaned(struct pd_agent *a, pd_slot_ref ref)
 
 void *pd_slot_data(struct pd_agent *a, pd_slot_ref slot)
 {
-	return send_side(a) && loaned(a, slot) ? pd_pool_data(&a->shm.send, slot) : NULL;
+	return pd_ag_sends(a) && loaned(a, slot) ? pd_pool_data(&a->shm.send, slot) : NULL;
 }
 
 int pd_slot_release(struct pd_agent *a, const pd_slot_ref *slots, uint32_t n)
 {
 	AG_LOG_SCOPE(a);
 
-	if (!send_side(a) || (n && !slots))
+	if (!pd_ag_sends(a) || (n && !slots))
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
 		if (!loaned(a, slots[i]))
@@ -193,7 +188,7 @@ int pd_put(struct pd_agent *a, const struct pd_batch *b)
 	int rc;
 	AG_LOG_SCOPE(a);
 
-	if (!send_side(a) || !b || pd_ag_req_copy(tmp, &tlen, b->req_id) < 0)
+	if (!pd_ag_sends(a) || !b || pd_ag_req_copy(tmp, &tlen, b->req_id) < 0)
 		return -EINVAL;
 	rc = batch_ok(a, b);
 	if (rc < 0)

@@ -23,7 +23,7 @@
 int64_t pd_hugetlb_free_pages(void)
 {
 	FILE *f = fopen(POOL_FREE, "re");
-	int64_t n = -ENOENT;
+	int64_t n;
 
 	if (!f)
 		return -errno;

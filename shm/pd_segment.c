@@ -75,7 +75,7 @@ static uint64_t layout(const struct pd_segment_opts *o, struct pd_shm_region *r,
 
 /* The arenas in a file of their own, each on whole huge pages (so that a
  * mapping can protect one); returns that file's size, 0 when it would be
- * empty or too large. */
+ * empty. Their sizes are layout()'s, checked before. */
 static uint64_t layout_arenas(const struct pd_segment_opts *o, struct pd_shm_region *r)
 {
 	uint64_t off = 0;
@@ -86,8 +86,6 @@ static uint64_t layout_arenas(const struct pd_segment_opts *o, struct pd_shm_reg
 		r[i].off = r[i].len = 0;
 		if (len == 0)
 			continue;
-		if (len > (1ull << 44))
-			return 0;
 		r[i].off = off;
 		r[i].len = len;
 		off += PD_ALIGN_UP(len, (uint64_t)PD_HUGETLB_PAGE);

@@ -365,17 +365,17 @@ static ssize_t send_some(int fd, struct pd_attach_ack *a, size_t sent, const int
 	} cm;
 	struct iovec iov = { (uint8_t *)a + sent, sizeof(*a) - sent };
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	size_t fdlen = sizeof(int) * pd_attach_ack_nfds(a);
 	ssize_t n;
 
 	if (sent == 0 && fds) {
 		memset(&cm, 0, sizeof(cm));
 		m.msg_control = cm.buf;
-		m.msg_controllen = sizeof(cm.buf);
+		m.msg_controllen = CMSG_SPACE(fdlen);
 		cm.h.cmsg_level = SOL_SOCKET;
 		cm.h.cmsg_type = SCM_RIGHTS;
-		cm.h.cmsg_len = CMSG_LEN(sizeof(int) * pd_attach_ack_nfds(a));
-		memcpy(CMSG_DATA(&cm.h), fds, sizeof(int) * pd_attach_ack_nfds(a));
-		m.msg_controllen = CMSG_SPACE(sizeof(int) * pd_attach_ack_nfds(a));
+		cm.h.cmsg_len = CMSG_LEN(fdlen);
+		memcpy(CMSG_DATA(&cm.h), fds, fdlen);
 	}
 	n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
 	return n < 0 ? -errno : n;
@@ -390,7 +390,8 @@ int pd_attach_send_ack(int fd, const struct pd_attach_ack *ack,
 	ssize_t n;
 	int rc;
 
-	if (fd < 0 || !ack || ack->status > 0 || (ack->status == 0 && !fds_valid(fds, pd_attach_ack_nfds(ack))))
+	if (fd < 0 || !ack || ack->status > 0 ||
+	    (ack->status == 0 && !fds_valid(fds, pd_attach_ack_nfds(ack))))
 		return -EINVAL;
 	a = *ack;
 	deadline = pd_deadline_ms(PD_ATTACH_SEND_TIMEOUT_MS);
