@@ -126,9 +126,7 @@ static void test_send_pool_deeper_than_a_transport_starts(void **state)
 
 	(void)state;
 	assert_int_equal(pd_test_broker_start(&b, "itD", args), 0);
-	for (int i = 0; i < 1000 && !pd_test_broker_log_has(&b, " ready: "); i++)
-		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
-	assert_int_equal(pd_test_broker_log_has(&b, " ready: "), 1);
+	assert_int_equal(pd_test_broker_wait_log(&b, " ready: ", 10000), 1);
 	assert_int_equal(pd_test_broker_log_has(&b, "not offered"), 0);
 	assert_int_equal(pd_test_broker_stop(&b), 0);
 }

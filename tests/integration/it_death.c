@@ -145,21 +145,14 @@ static void test_prefill_broker_sigterm_says_goodbye(void **state)
 static void test_prefill_broker_restarted_quickly(void **state)
 {
 	struct it *t = start_slow_heartbeat();
-	struct it_args pargs;
 	char req[32];
 	uint64_t t0;
 
 	(void)state;
 	assert_int_equal(it_wait_free(&t->d, 1, 56), 56); /* A's 8 granted with its admission */
-	pd_agent_detach(t->pa);
-	t->pa = NULL;
 	it_kill(&t->p);
 	t0 = pd_now_ns();
-	assert_int_equal(pd_test_broker_restart(&t->p, it_args(&pargs, 16, 0,
-							       &(struct it_opts){ .heartbeat = "5s" },
-							       NULL, 1)),
-			 0);
-	t->pa = it_attach(&t->p, PD_AGENT_SEND);
+	it_restart_prefill(t);
 	assert_true(it_put_until_done(t, "B", req, sizeof(req)) >= 0);
 	it_verify(t, req, 2);
 	assert_int_equal(pd_recv_release(t->da, req), 0);

@@ -60,6 +60,7 @@ struct it {
 	struct pd_test_broker p, d, p2;  /* p2: a second prefill broker (2P1D) */
 	struct pd_agent *pa, *da, *pa2;
 	struct it_args dargs;            /* the decode broker's, for it_restart_decode() */
+	struct it_args pargs;            /* the prefill brokers', for it_restart_prefill() */
 };
 
 static inline struct pd_agent *it_attach(const struct pd_test_broker *b, uint32_t roles)
@@ -107,19 +108,18 @@ static inline struct it *it_start_opts(const struct it_opts *o)
 {
 	struct it *t = calloc(1, sizeof(*t));
 	const char *dx = o->d_transport ? o->d_transport : o->transport;
-	struct it_args pargs;
 
 	assert_non_null(t);
 	assert_int_equal(pd_test_broker_start(&t->d, "itD",
 					      it_args(&t->dargs, 0, o->recv_slots, o, dx, 0)),
 			 0);
-	assert_int_equal(pd_test_broker_start(&t->p, "itP", it_args(&pargs, o->send_slots, 0, o,
+	assert_int_equal(pd_test_broker_start(&t->p, "itP", it_args(&t->pargs, o->send_slots, 0, o,
 									o->transport, 1)),
 			 0);
 	t->pa = it_attach(&t->p, PD_AGENT_SEND);
 	t->da = it_attach(&t->d, PD_AGENT_RECV);
 	if (o->nprefill > 1) {
-		assert_int_equal(pd_test_broker_start(&t->p2, "itP", pargs.v), 0);
+		assert_int_equal(pd_test_broker_start(&t->p2, "itP", t->pargs.v), 0);
 		t->pa2 = it_attach(&t->p2, PD_AGENT_SEND);
 	}
 	return t;
@@ -427,6 +427,16 @@ static inline void it_restart_decode(struct it *t)
 	t->da = NULL;
 	assert_int_equal(pd_test_broker_restart(&t->d, t->dargs.v), 0);
 	t->da = it_attach(&t->d, PD_AGENT_RECV);
+}
+
+/* The (first) prefill broker, killed, started again with its arguments;
+ * a new prefill agent (the old one detached first, if any). */
+static inline void it_restart_prefill(struct it *t)
+{
+	pd_agent_detach(t->pa);
+	t->pa = NULL;
+	assert_int_equal(pd_test_broker_restart(&t->p, t->pargs.v), 0);
+	t->pa = it_attach(&t->p, PD_AGENT_SEND);
 }
 
 /* A request sent before the sender noticed a restart may fail (its

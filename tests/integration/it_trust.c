@@ -103,15 +103,8 @@ static void moves(struct it *t, const char *req, uint32_t n)
 /* Wait (bounded) for the log to have text. */
 static void expect_log(const struct pd_test_broker *b, const char *text, uint32_t ms)
 {
-	uint64_t deadline = pd_deadline_ms(ms);
-
-	while (!pd_test_broker_log_has(b, text)) {
-		if (pd_now_ns() >= deadline) {
-			pd_test_broker_dump_log(b);
-			fail_msg("no \"%s\" in the log of %s", text, b->name);
-		}
-		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
-	}
+	if (!pd_test_broker_wait_log(b, text, ms))
+		fail_msg("no \"%s\" in the log of %s", text, b->name);
 }
 
 /* pdctl [--json] CMD on b: its stdout (exit 0 asserted); pd_run_free() it. */

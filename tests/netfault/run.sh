@@ -360,6 +360,23 @@ nap() {
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
 # ---- one scenario run ------------------------------------------------------------------
+# report LINE DIR: PASS LINE, or FAIL LINE with the caller's bad[] items,
+# the requests pdbench found corrupted or lost in DIR, and the log tails.
+report() {
+	local f
+	if [ ${#bad[@]} -eq 0 ]; then
+		echo "PASS $1"
+		passed=$((passed + 1))
+		return
+	fi
+	echo "FAIL $1"
+	for f in "${bad[@]}"; do echo "    - $f"; done
+	cat "$2"/*.err 2>/dev/null | grep '^pdbench: request [0-9]* \(corrupted\|lost\)' | head -n 5 |
+		sed 's/^/    | /'
+	log_tails | sed 's/^/    | /'
+	failed=$((failed + 1))
+}
+
 # scenario NAME HOLD_S POST_S ON OFF DESCRIPTION: ON applies the fault and
 # OFF lifts it; OFF prints what the fault did ("N packets dropped"; "0 ..."
 # is a FAIL). Traffic goes on until it has resumed and POST_S s have passed
@@ -440,17 +457,7 @@ scenario() {
 	local rej
 	rej=$(pdctl_get "$DN" tcp.writes_rejected)
 	rej=$((${rej:-0} - ${rej0:-0}))
-	local line="$name: $what; traffic: $during; resumed ${resume}s after the lift; after: $after; data frames the decode broker refused: $rej"
-	if [ ${#bad[@]} -eq 0 ]; then
-		echo "PASS $line"
-		passed=$((passed + 1))
-	else
-		echo "FAIL $line"
-		for f in "${bad[@]}"; do echo "    - $f"; done
-		grep -h '^pdbench: request [0-9]* \(corrupted\|lost\)' "$dir"/t*.err | head -n 5 | sed 's/^/    | /'
-		log_tails | sed 's/^/    | /'
-		failed=$((failed + 1))
-	fi
+	report "$name: $what; traffic: $during; resumed ${resume}s after the lift; after: $after; data frames the decode broker refused: $rej" "$dir"
 	[ -n "$KEEP" ] || rm -f "$dir"/t*.json "$dir"/t*.out # bounded temp space for many runs
 }
 
@@ -533,7 +540,7 @@ prefill_host_again() {
 }
 
 restart_scenario() {
-	local dir=$WORK/restart bad=() job held back=- t_up i hb=$HB line
+	local dir=$WORK/restart bad=() job held back=- t_up i hb=$HB
 	mkdir -p "$dir"
 	say "restart: both brokers again with --heartbeat $RS_HB"
 	stop_pid "$PID_P"
@@ -587,16 +594,7 @@ restart_scenario() {
 	[ -s "$dir/after.json" ] && eval "$(sum_json "$dir/after.json")"
 	[ "$(cat "$dir/after.rc")" = 0 ] && [ "${S_requests_ok:-0}" = 20 ] && [ "${S_corrupted:-1}" = 0 ] ||
 		bad+=("requests through the restarted broker: status $(cat "$dir/after.rc"), ${S_requests_ok:-0}/20 ok, ${S_corrupted:-?} corrupted")
-	line="restart: prefill broker killed behind a down link, its host made new, started again; held at the decode broker after the crash (live, reserved, slots in use): $held; every half-received one rolled back ${back}s after the restarted broker's first run began (silence deadline $((${RS_HB%s} * 3))s; READY ones stay for their recv-ttl: $(decode_held) left); after: ${S_requests_ok:-0}/20 ok"
-	if [ ${#bad[@]} -eq 0 ]; then
-		echo "PASS $line"
-		passed=$((passed + 1))
-	else
-		echo "FAIL $line"
-		for i in "${bad[@]}"; do echo "    - $i"; done
-		log_tails | sed 's/^/    | /'
-		failed=$((failed + 1))
-	fi
+	report "restart: prefill broker killed behind a down link, its host made new, started again; held at the decode broker after the crash (live, reserved, slots in use): $held; every half-received one rolled back ${back}s after the restarted broker's first run began (silence deadline $((${RS_HB%s} * 3))s; READY ones stay for their recv-ttl: $(decode_held) left); after: ${S_requests_ok:-0}/20 ok" "$dir"
 }
 
 # ---- run -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pd_proc.h"
@@ -200,6 +201,20 @@ int pd_test_broker_log_has(const struct pd_test_broker *b, const char *text)
 	if (f)
 		(void)fclose(f);
 	return found;
+}
+
+int pd_test_broker_wait_log(const struct pd_test_broker *b, const char *text, uint32_t ms)
+{
+	uint64_t deadline = pd_deadline_ms(ms);
+
+	while (!pd_test_broker_log_has(b, text)) {
+		if (pd_now_ns() >= deadline) {
+			pd_test_broker_dump_log(b);
+			return 0;
+		}
+		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	}
+	return 1;
 }
 
 void pd_test_broker_dump_log(const struct pd_test_broker *b)

@@ -33,5 +33,8 @@ int pd_test_broker_stop(struct pd_test_broker *b);
 void pd_test_broker_dump_log(const struct pd_test_broker *b);
 /* 1 when a line of b's log has text. */
 int pd_test_broker_log_has(const struct pd_test_broker *b, const char *text);
+/* 1 once a line of b's log has text, within ms; 0 (and the log printed)
+ * when none did. */
+int pd_test_broker_wait_log(const struct pd_test_broker *b, const char *text, uint32_t ms);
 
 #endif
