@@ -224,6 +224,15 @@ void pd_admin_tick(struct pd_admin *a, uint64_t now_ns)
 	}
 }
 
+uint32_t pd_admin_open(const struct pd_admin *a)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; a && i < PD_ADMIN_MAX_CONNS; i++)
+		n += a->conn[i].fd >= 0;
+	return n;
+}
+
 void pd_admin_destroy(struct pd_admin *a)
 {
 	if (!a)

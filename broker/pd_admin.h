@@ -30,6 +30,8 @@ void pd_admin_destroy(struct pd_admin *a);
 
 /* Close connections past their deadline (now: CLOCK_MONOTONIC). NULL-safe. */
 void pd_admin_tick(struct pd_admin *a, uint64_t now_ns);
+/* Connections open now (each has a deadline the tick checks). */
+uint32_t pd_admin_open(const struct pd_admin *a);
 
 /* The body length a request frame's 4-byte big-endian header gives; 0 when
  * out of bounds (empty, or over PD_ADMIN_REQ_MAX): the connection is bad. */

@@ -52,23 +52,32 @@ static void check_drained(struct pd_broker *b, uint64_t now)
 	}
 }
 
-/* Anything that needs the 100 ms tick: agents (or hellos), requests, recv
- * waits, retries, live peers, a stop. Without, a deadline the tick would
- * check does not exist; a wait it could begin (an attach, a message, an
- * admin request) wakes the loop, which speeds the tick up at once. */
-static int has_timed_work(const struct pd_broker *b)
+/* Anything that needs the 100 ms tick: hellos, requests, recv waits,
+ * retries, queued completions, a session being set up, an admin or metrics
+ * connection, a stop. Without, the deadlines the tick checks are a
+ * heartbeat or more away (attached agents' leases, sessions' beats and
+ * silence); a wait that could begin (an attach, a message, an admin
+ * request) wakes the loop, which speeds the tick up then. */
+static int has_timed_work(struct pd_broker *b)
 {
+	struct pd_metrics_stats ms;
 	struct pd_agents_stats as;
-	struct pd_ctrl_peer_info pi;
+	uint64_t queued, dropped;
 	struct pd_tx_stats ts;
 	struct pd_rx_stats rs;
 
-	if (b->stopping || pd_agents_count(b->agents) || !LIST_EMPTY(&b->waiters) ||
-	    b->nfree_later || b->nreclaim_later)
+	if (b->stopping || !LIST_EMPTY(&b->waiters) || b->nfree_later || b->nreclaim_later ||
+	    pd_ctrl_timed(b->ctrl) || pd_admin_open(b->admin))
 		return 1;
 	pd_agents_get_stats(b->agents, &as);
-	if (as.pending)
+	pd_agents_cq_stats(b->agents, &queued, &dropped);
+	if (as.pending || queued)
 		return 1;
+	if (b->metrics) {
+		pd_metrics_get_stats(b->metrics, &ms);
+		if (ms.conns)
+			return 1;
+	}
 	if (b->tx) {
 		pd_tx_get_stats(b->tx, &ts);
 		if (ts.live_requests || ts.live_batches || ts.writes_in_flight)
@@ -79,24 +88,29 @@ static int has_timed_work(const struct pd_broker *b)
 		if (rs.live_requests || rs.waiting_requests)
 			return 1;
 	}
-	for (uint32_t id = 1; id < MAX_TOKENS; id++) {
-		int rc = pd_ctrl_peer_info(b->ctrl, id, &pi);
-
-		if (rc == -ENOENT)
-			break;
-		if (rc == 0 && pi.state != PD_CTRL_PEER_DOWN)
-			return 1;
-	}
 	return 0;
 }
 
-/* The tick's pace: 100 ms with timed work, a second after IDLE_AFTER ticks
- * without (an idle broker wakes once a second, not ten times). */
+/* The slow tick: a second; with a session up, once a heartbeat (each tick
+ * sends one), between the fast tick and a second. */
+static uint64_t slow_tick_ns(const struct pd_broker *b)
+{
+	uint64_t hb = b->cfg.heartbeat_ns;
+	struct pd_ctrl_stats cs = { 0 };
+
+	pd_ctrl_stats(b->ctrl, &cs);
+	if (!cs.peers_live)
+		return IDLE_TICK_NS;
+	return hb < TICK_NS ? TICK_NS : hb > IDLE_TICK_NS ? IDLE_TICK_NS : hb;
+}
+
+/* The tick's pace: 100 ms with timed work, slow after IDLE_AFTER ticks
+ * without (an idle broker wakes once a heartbeat, not ten times a second). */
 static void pace(struct pd_broker *b, int fast)
 {
 	if (fast == !b->tick_slow)
 		return;
-	if (pd_loop_set_tick(b->loop, fast ? TICK_NS : IDLE_TICK_NS) == 0)
+	if (pd_loop_set_tick(b->loop, fast ? TICK_NS : slow_tick_ns(b)) == 0)
 		b->tick_slow = !fast;
 	b->idle_ticks = 0;
 }
@@ -120,7 +134,6 @@ static void on_tick(void *ctx)
 	pd_broker_stats_publish(b);
 	if (b->stopping)
 		check_drained(b, now);
-	b->tick_turn = 1;
 	if (has_timed_work(b))
 		pace(b, 1);
 	else if (!b->tick_slow && ++b->idle_ticks >= IDLE_AFTER)
@@ -131,12 +144,10 @@ static void before_sleep(void *ctx)
 {
 	struct pd_broker *b = ctx;
 
-	/* Slow, and woken by something else than the tick, or work came with
-	 * it: there may be a deadline to check now (on_tick slows down again
-	 * once there is none). */
-	if (b->tick_slow && (!b->tick_turn || has_timed_work(b)))
+	/* Slow, and what woke the loop brought timed work: back to the fast
+	 * tick (on_tick slows down again once there is none). */
+	if (b->tick_slow && has_timed_work(b))
 		pace(b, 1);
-	b->tick_turn = 0;
 
 	pd_agents_before_sleep(b->agents);
 	pd_broker_fail_unreachable(b);

@@ -167,9 +167,8 @@ struct pd_broker {
 	uint32_t nfree_later;
 	struct { uint32_t owner; int32_t pid; } reclaim_later[PD_MAX_AGENTS];
 	uint32_t nreclaim_later;      /* detached agents whose loans the pool's lock kept */
-	uint32_t tick_slow;           /* 1: the loop ticks once a second (nothing to time) */
+	uint32_t tick_slow;           /* 1: the loop ticks once a heartbeat (nothing to time) */
 	uint32_t idle_ticks;          /* fast ticks in a row with nothing to time */
-	uint32_t tick_turn;           /* this turn of the loop ran the tick */
 	struct pd_metrics *metrics;   /* --metrics-listen (pd_metrics_http.c); NULL: off */
 	char data_addr[300];          /* the data listener as bound, "" when none */
 	/* Transports per peer (pd_broker_xport.c; control thread only). */

@@ -275,6 +275,14 @@ void pd_ctrl_tick(struct pd_ctrl *c, uint64_t now_ns);
  * info->hello and info->refusal are valid until the next call into the ctrl. */
 int pd_ctrl_peer_info(const struct pd_ctrl *c, uint32_t peer, struct pd_ctrl_peer_info *info);
 
+/*
+ * Does the control plane need pd_ctrl_tick() more often than once a
+ * heartbeat? 1 while a Hello is unanswered or messages wait to be sent;
+ * 0 with every session settled (up and quiet, or down), whose heartbeats,
+ * silence deadlines, redials and evictions a tick per heartbeat serves.
+ */
+int pd_ctrl_timed(const struct pd_ctrl *c);
+
 void pd_ctrl_stats(const struct pd_ctrl *c, struct pd_ctrl_stats *st);
 
 /**

@@ -428,7 +428,9 @@ static void tick_up(struct pd_ctrl *c, struct pd_ctrl_peer *p, uint64_t dead)
 	}
 	if (p->qlen)
 		pd_ctrl_peer_flush(c, p);
-	if (since(c, p->last_hb_ns) >= c->o.heartbeat_ns)
+	/* Due from three quarters of the interval: an idle broker ticks once a
+	 * heartbeat, and a tick a little early must not skip a beat. */
+	if (since(c, p->last_hb_ns) + c->o.heartbeat_ns / 4 >= c->o.heartbeat_ns)
 		heartbeat(c, p, 0);
 }
 
@@ -465,6 +467,18 @@ void pd_ctrl_tick(struct pd_ctrl *c, uint64_t now_ns)
 	pd_ctrl_evict_tick(c);
 	c->depth--;
 	pd_ctrl_bury(c);
+}
+
+int pd_ctrl_timed(const struct pd_ctrl *c)
+{
+	for (uint32_t i = 0; c && i < c->npeers; i++) {
+		const struct pd_ctrl_peer *p = c->peers[i];
+
+		if (p->state == PD_CTRL_PEER_NEW || (p->state == PD_CTRL_PEER_UP &&
+						     (p->qlen || (p->d && !p->d->acked))))
+			return 1;
+	}
+	return 0;
 }
 
 void pd_ctrl_goodbye(struct pd_ctrl *c)
