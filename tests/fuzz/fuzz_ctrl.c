@@ -139,6 +139,14 @@ void pd_ctrl_tick(struct pd_ctrl *c, uint64_t now_ns)
 	(void)now_ns;
 }
 
+int pd_ctrl_timed(const struct pd_ctrl *c)
+{
+	for (uint32_t i = 0; c && i < c->npeers; i++)
+		if (!c->peer[i].up)
+			return 1; /* as the real one: a peer not up yet is being set up */
+	return 0;
+}
+
 int pd_ctrl_peer_info(const struct pd_ctrl *c, uint32_t peer, struct pd_ctrl_peer_info *info)
 {
 	const struct peer *p;
