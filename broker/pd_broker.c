@@ -58,7 +58,7 @@ static void check_drained(struct pd_broker *b, uint64_t now)
  * heartbeat or more away (attached agents' leases, sessions' beats and
  * silence); a wait that could begin (an attach, a message, an admin
  * request) wakes the loop, which speeds the tick up then. */
-static int has_timed_work(struct pd_broker *b)
+static int has_timed_work(const struct pd_broker *b)
 {
 	struct pd_metrics_stats ms;
 	struct pd_agents_stats as;

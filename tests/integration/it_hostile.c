@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "it_fixture.h"
+#include "pd_admin_proto.h"
 #include "it_raw.h"
 #include "pd_sys.h"
 #include "pd_tcp.h"
@@ -236,6 +237,43 @@ static void test_garbage_on_the_admin_socket(void **state)
 	it_stop(t, 0);
 }
 
+/* Clients that send half a frame header and stop are cut at their
+ * deadline, PD_ADMIN_TIMEOUT_MS after the accept, on the 100 ms tick even
+ * though the broker was idle (on its slow tick of a second) when they came;
+ * counted. Three of them, a third of a second apart: on the slow tick one
+ * of them would be cut at least 600 ms late. */
+static void test_slow_admin_clients_cut_at_deadline(void **state)
+{
+	struct it *t = it_start(8, 8);
+	uint64_t t0[3], late, bad;
+	uint8_t ans[16];
+	int fd[3];
+
+	(void)state;
+	it_wait_admin(&t->d);
+	(void)usleep(1000 * 1000); /* idle: the slow tick */
+	bad = it_stat(&t->d, "admin.bad");
+	for (int i = 0; i < 3; i++) {
+		if (i)
+			(void)usleep(333 * 1000);
+		fd[i] = admin_connect(&t->d);
+		t0[i] = pd_now_ns();
+		assert_int_equal(write(fd[i], "\0\0", 2), 2);
+	}
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(admin_answer(fd[i], ans, sizeof(ans)), 0);
+		late = (pd_now_ns() - t0[i]) / PD_NS_PER_MS;
+		(void)fprintf(stderr, "slow admin client %d cut after %llu ms\n", i,
+			      (unsigned long long)late);
+		if (late + 50 < PD_ADMIN_TIMEOUT_MS || late > PD_ADMIN_TIMEOUT_MS + 400)
+			fail_msg("cut after %llu ms, its deadline is %u ms",
+				 (unsigned long long)late, PD_ADMIN_TIMEOUT_MS);
+	}
+	assert_true(it_wait_stat(&t->d, "admin.bad", bad + 3) >= bad + 3);
+	still_serves(t, "after-slow-admin");
+	it_stop(t, 0);
+}
+
 /* ---- a flood of idle data connections ------------------------------------------------ */
 
 #define FLOOD_CONNS 300
@@ -311,6 +349,7 @@ int main(void)
 		cmocka_unit_test(test_garbage_on_the_control_plane),
 		cmocka_unit_test(test_raw_writes_to_ungranted_slots),
 		cmocka_unit_test(test_garbage_on_the_admin_socket),
+		cmocka_unit_test(test_slow_admin_clients_cut_at_deadline),
 		cmocka_unit_test(test_idle_connection_flood),
 	};
 
