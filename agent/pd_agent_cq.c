@@ -20,12 +20,19 @@ int pd_ag_req_copy(uint8_t *dst, uint8_t *dst_len, const char *req_id)
 }
 
 /* Enqueue n entries at once; sq_lock held. */
+/* The broker is gone, or has fenced this agent (latched, said once): what
+ * a submission and a wait check, a load or two of memory. */
+static int gone(struct pd_agent *a)
+{
+	return atomic_load(&a->gone) || (pd_ag_fenced(a) && pd_ag_check_broker(a) < 0);
+}
+
 int pd_ag_submit_locked(struct pd_agent *a, const struct pd_sqe *e, uint32_t n)
 {
 	uint64_t one = 1;
 	int rc;
 
-	if (atomic_load(&a->gone))
+	if (gone(a))
 		return -ENOTCONN;
 	rc = pd_ring_enqueue_bulk_sp(&a->sq, e, n);
 	if (rc > 0 && pd_ring_needs_wakeup(&a->sq))
@@ -212,7 +219,7 @@ static int wait_for(struct pd_agent *a, int (*pick)(struct pd_agent *, const voi
 			rc = 0;
 			break;
 		}
-		if (atomic_load(&a->gone)) {
+		if (gone(a)) {
 			rc = -ENOTCONN;
 			break;
 		}

@@ -28,8 +28,9 @@ static void *run_loop(void *arg)
 	return NULL;
 }
 
-/* A prefill broker in this process: 8 send slots, a 1 s loan lease. */
-static void self_start(struct self *s, struct pd_test_broker *pb)
+/* A broker in this process: a prefill one (8 send slots, a 1 s loan lease)
+ * or, recv set, a decode one (16 recv slots, a 1 s recv-ttl). */
+static void self_start(struct self *s, struct pd_test_broker *pb, int recv)
 {
 	char port[16], ctrl[64], err[256] = "";
 	struct pd_config cfg;
@@ -43,8 +44,9 @@ static void self_start(struct self *s, struct pd_test_broker *pb)
 	(void)snprintf(pb->ctrl, sizeof(pb->ctrl), "%s", ctrl);
 	pb->pid = getpid();
 	const char *args[] = { "pdbroker", "--name", pb->name, "--rundir", s->rundir, "--ctrl", ctrl,
-			       "--data", "127.0.0.1:0", "--send-slots", "8", "--recv-slots", "0",
-			       "--slot-size", "64K", "--loan-timeout", "1s", "--heartbeat", "200ms" };
+			       "--data", "127.0.0.1:0", "--send-slots", recv ? "0" : "8",
+			       "--recv-slots", recv ? "16" : "0", "--slot-size", "64K",
+			       recv ? "--recv-ttl" : "--loan-timeout", "1s", "--heartbeat", "200ms" };
 	char store[PD_ARRAY_SIZE(args)][96], *argv[PD_ARRAY_SIZE(args) + 1];
 
 	for (size_t i = 0; i < PD_ARRAY_SIZE(args); i++)
@@ -77,7 +79,7 @@ static void test_unkillable_agent_is_fenced_and_keeps_only_its_loans(void **stat
 
 	(void)state;
 	assert_int_equal(pd_test_broker_start(&t.d, "itSd", dargs), 0);
-	self_start(&s, &t.p);
+	self_start(&s, &t.p, 0);
 	t.pa = it_attach(&t.p, PD_AGENT_SEND);
 	assert_int_equal(it_declare_on(&t, t.pa, "R", 4), 0);
 	assert_int_equal(it_wait_admission(t.pa, "R"), PD_REQ_ADMITTED);
@@ -97,10 +99,60 @@ static void test_unkillable_agent_is_fenced_and_keeps_only_its_loans(void **stat
 	assert_int_equal(pd_test_broker_stop(&t.d), 0);
 }
 
+/* The same on the receive side: a decode agent pinning a request past
+ * --recv-ttl is fenced; its pins are dropped at once (read-only memory:
+ * nothing it can spoil), the slots come back while it is still attached,
+ * and its receive calls fail -ENOTCONN. */
+static void test_unkillable_pinner_is_fenced_and_loses_its_pins(void **state)
+{
+	static const char *const pargs[] = { "--send-slots", "16", "--recv-slots", "0",
+					     "--slot-size", "64K", "--heartbeat", "200ms", NULL };
+	struct it t = { 0 };
+	struct self s;
+	struct pd_recv_info info;
+	const void *ptr;
+	uint32_t len;
+	char key[48];
+
+	(void)state;
+	assert_int_equal(pd_test_broker_start(&t.p, "itSp", pargs), 0);
+	self_start(&s, &t.d, 1);
+	t.pa = it_attach(&t.p, PD_AGENT_SEND);
+	t.da = it_attach(&t.d, PD_AGENT_RECV);
+	assert_int_equal(it_put(&t, "P", 0, 4, 4), 0);
+	it_expect_event(&t, "P", PD_EV_PUT_DONE);
+	assert_int_equal(pd_recv_wait(t.da, "P", IT_WAIT_MS, &info), 0);
+	assert_int_equal(info.status, 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		it_key(key, sizeof(key), "P", i);
+		assert_int_equal(pd_recv_lookup(t.da, key, (uint32_t)strlen(key), &ptr, &len), 0);
+	}
+	assert_int_equal(it_free_slots(&t.d, 1), 12);
+
+	/* A wait under way when the fence comes ends with it (no --recv-ttl
+	 * here: the fence is due 1 s after the pins). */
+	uint64_t t0 = pd_now_ns();
+
+	assert_int_equal(pd_recv_wait(t.da, "never", 10000, &info), -ENOTCONN);
+	assert_true(pd_now_ns() - t0 < 5000 * PD_NS_PER_MS);
+	assert_int_equal(it_stat(&t.d, "agents.fenced"), 1);
+	assert_int_equal(it_wait_free(&t.d, 1, 16), 16); /* still attached, pins gone */
+	it_key(key, sizeof(key), "P", 0);
+	assert_int_equal(pd_recv_lookup(t.da, key, (uint32_t)strlen(key), &ptr, &len), -ENOTCONN);
+	assert_int_equal(pd_recv_wait(t.da, "P", 100, &info), -ENOTCONN);
+	assert_int_equal(pd_recv_release(t.da, "P"), -ENOTCONN);
+
+	pd_agent_detach(t.da);
+	pd_agent_detach(t.pa);
+	self_stop(&s);
+	assert_int_equal(pd_test_broker_stop(&t.p), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_unkillable_agent_is_fenced_and_keeps_only_its_loans),
+		cmocka_unit_test(test_unkillable_pinner_is_fenced_and_loses_its_pins),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
