@@ -17,6 +17,7 @@
 #include <pdkv/version.h>
 
 #include "pd_attach_client.h"
+#include "pd_sync.h"
 #include "pd_err.h"
 #include "pd_time.h"
 
@@ -38,8 +39,8 @@ void pd_attach_hello_init(struct pd_attach_hello *h, uint32_t roles, uint32_t tp
 	*h = (struct pd_attach_hello){
 		.magic = PD_ATTACH_MAGIC, .version = PD_ATTACH_VERSION,
 		.abi_major = PD_SHM_ABI_MAJOR, .abi_minor = PD_SHM_ABI_MINOR,
-		.pid = (int32_t)getpid(), .roles = roles, .tp_rank = tp_rank,
-		.tp_size = tp_size,
+		.pid = pd_self_pid(), .roles = roles, .tp_rank = tp_rank,
+		.tp_size = tp_size, .pidns = pd_self_pidns(),
 	};
 }
 

@@ -327,7 +327,7 @@ static void on_detach(void *ctx, uint32_t agent)
 	struct pd_broker *b = ctx;
 
 	if (b->shm.has_send && pd_pool_reclaim(&b->shm.send, agent) < 0)
-		pd_broker_reclaim_later(b, agent, b->shm.agents->slot[agent - 1].pid);
+		pd_broker_reclaim_later(b, agent);
 	end_requests(b, agent);
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_AGENTS_RECLAIMED], 1);
 	pd_stat_set(&b->shm.seg.hdr->stats[PD_STAT_AGENTS], pd_agents_count(b->agents));

@@ -165,7 +165,7 @@ struct pd_broker {
 	uint64_t descs_scrubbed;      /* send descriptors in no state, made free (pd_pool_scrub()) */
 	pd_slot_ref *free_later;      /* staging frees that failed, tried again (send slots) */
 	uint32_t nfree_later;
-	struct { uint32_t owner; int32_t pid; } reclaim_later[PD_MAX_AGENTS];
+	struct { uint32_t owner; struct pd_agent_proc proc; } reclaim_later[PD_MAX_AGENTS];
 	uint32_t nreclaim_later;      /* detached agents whose loans the pool's lock kept */
 	uint32_t tick_slow;           /* 1: the loop ticks once a heartbeat (nothing to time) */
 	uint32_t idle_ticks;          /* fast ticks in a row with nothing to time */
@@ -196,7 +196,7 @@ void pd_broker_recv_answer(struct pd_broker *b, const uint8_t *req, uint32_t len
 void pd_broker_waiters_expire(struct pd_broker *b, uint64_t now);
 /* A detached agent's loans, not reclaimed (the pool's lock was not to be
  * had): taken back at the lease look, by its process only. */
-void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner, int32_t pid);
+void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner);
 
 /* pd_broker_lease.c: loans and pins are leases (see there). */
 /* The segment of layout o (the send pool's handle the one that makes an

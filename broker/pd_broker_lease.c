@@ -82,16 +82,19 @@ void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t
 			  later, pd_strerror(rc));
 }
 
-void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner, int32_t pid)
+void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner)
 {
-	if (b->nreclaim_later < PD_ARRAY_SIZE(b->reclaim_later) && pid > 0) {
+	struct pd_agent_proc proc = { 0 };
+
+	(void)pd_agents_proc(b->agents, owner, &proc);
+	if (b->nreclaim_later < PD_ARRAY_SIZE(b->reclaim_later) && proc.pid > 0) {
 		b->reclaim_later[b->nreclaim_later].owner = owner;
-		b->reclaim_later[b->nreclaim_later++].pid = pid;
+		b->reclaim_later[b->nreclaim_later++].proc = proc;
 		PD_LOG_RL(WARN, slot, "agent %u (pid %d) detached; its loans come back once the "
-			  "send pool's lock is free", owner, pid);
+			  "send pool's lock is free", owner, proc.pid);
 	} else {
 		PD_LOG_RL(WARN, slot, "agent %u (pid %d) detached; its loans not reclaimed (%u "
-			  "detaches wait already): the loan lease frees them", owner, pid,
+			  "detaches wait already): the loan lease frees them", owner, proc.pid,
 			  b->nreclaim_later);
 	}
 }
@@ -102,7 +105,8 @@ static void reclaim_later(struct pd_broker *b)
 
 	for (uint32_t i = 0; i < b->nreclaim_later; i++)
 		if (pd_pool_reclaim_proc(&b->shm.send, b->reclaim_later[i].owner,
-					 b->reclaim_later[i].pid) < 0)
+					 b->reclaim_later[i].proc.pid,
+					 b->reclaim_later[i].proc.pidns) < 0)
 			b->reclaim_later[kept++] = b->reclaim_later[i];
 	b->nreclaim_later = kept;
 }
@@ -136,12 +140,16 @@ static void loan_expired(struct pd_broker *b, uint32_t i, const struct pd_slot_d
 			 uint64_t age_ns)
 {
 	pd_slot_ref ref = PD_SLOT_REF(i, d->gen);
-	int32_t pid = pd_agents_pid(b->agents, d->owner);
+	struct pd_agent_proc proc;
 	char what[48];
 
-	if (pid > 0 && pid == d->pid) {
+	/* The process as it records itself: in a container its pid is not the
+	 * one the broker sees (and kills). */
+	if (pd_agents_live(b->agents, d->owner) &&
+	    pd_agents_proc(b->agents, d->owner, &proc) == 0 && proc.pid == d->pid &&
+	    proc.pidns == d->pidns) {
 		(void)snprintf(what, sizeof(what), "send slot %u", i);
-		fence(b, d->owner, pid, what, age_ns);
+		fence(b, d->owner, pd_agents_pid(b->agents, d->owner), what, age_ns);
 		return;
 	}
 	if (pd_pool_reclaim_slot(&b->shm.send, ref, PD_SLOT_LOANED) == 1) {
@@ -190,7 +198,8 @@ static void check_pins_of(struct pd_broker *b, uint32_t a, uint64_t now)
 {
 	int32_t pid = pd_agents_pid(b->agents, a + 1);
 	uint32_t n = b->shm.pins_per_agent;
-	_Atomic uint64_t *cell = pid > 0 ? pd_layout_pins(&b->shm, a) : NULL;
+	_Atomic uint64_t *cell = pd_agents_live(b->agents, a + 1) ? pd_layout_pins(&b->shm, a)
+								  : NULL;
 	uint64_t worst = 0;
 
 	if (!cell) {
@@ -222,38 +231,42 @@ int pd_broker_send_lock_reset(struct pd_broker *b, int why, int32_t holder)
 }
 
 /* Held for LOCK_STUCK_NS: fence the agent holding it, else make it new. */
-static void lock_stuck(struct pd_broker *b, int32_t holder, uint64_t now)
+static void lock_stuck(struct pd_broker *b, const struct pd_agent_proc *holder, uint64_t now)
 {
-	uint32_t agent = pd_agents_by_pid(b->agents, holder);
+	uint32_t agent = pd_agents_by_proc(b->agents, holder);
 	char why[80];
 
 	/* Fenced only if a thread of its really holds it: the recorded pid is
-	 * whoever locked last, and the lock word may be garbage. */
-	if (!agent || !pd_mutex_owner_alive(&b->shm.send.shm->lock, holder)) {
-		(void)pd_broker_send_lock_reset(b, -ETIMEDOUT, holder);
+	 * whoever locked last, and the lock word may be garbage. The lock word
+	 * names a thread of the holder's pid namespace: for an agent in another
+	 * (a container) that is not to be checked here, and the record is taken
+	 * as it is (fenced, the next look makes the mutex new if still held). */
+	if (!agent || (holder->pidns == pd_self_pidns() &&
+		       !pd_mutex_owner_alive(&b->shm.send.shm->lock, holder->pid))) {
+		(void)pd_broker_send_lock_reset(b, -ETIMEDOUT, holder->pid);
 		return;
 	}
 	(void)snprintf(why, sizeof(why), "held the send pool's lock %.1f s",
 		       (double)(now - b->lock_bad_since) / 1e9);
 	b->lock_bad_since = 0;
-	(void)pd_agents_fence(b->agents, agent, holder, why);
+	(void)pd_agents_fence(b->agents, agent, pd_agents_pid(b->agents, agent), why);
 }
 
 /* Unusable (not held: its bytes are wrong): made new at once. Held: see
  * lock_stuck(). */
 static void check_pool_lock(struct pd_broker *b, uint64_t now)
 {
-	int32_t holder = 0;
-	int rc = pd_pool_lock_check(&b->shm.send, LOCK_TRY_MS, &holder);
+	struct pd_agent_proc holder = { 0 };
+	int rc = pd_pool_lock_check(&b->shm.send, LOCK_TRY_MS, &holder.pid, &holder.pidns);
 
 	if (rc == 0)
 		b->lock_bad_since = 0;
 	else if (rc != -ETIMEDOUT)
-		(void)pd_broker_send_lock_reset(b, rc, holder);
+		(void)pd_broker_send_lock_reset(b, rc, holder.pid);
 	else if (!b->lock_bad_since)
 		b->lock_bad_since = now;
 	else if (now - b->lock_bad_since >= LOCK_STUCK_NS)
-		lock_stuck(b, holder, now);
+		lock_stuck(b, &holder, now);
 }
 
 void pd_broker_leases_check(struct pd_broker *b, uint64_t now)

@@ -44,7 +44,9 @@ struct pd_attach_hello {
 	uint32_t roles;         /* PD_ROLE_* */
 	uint32_t tp_rank;
 	uint32_t tp_size;
-	uint8_t  _rsvd[36];
+	uint32_t pidns;         /* pid's namespace (pd_self_pidns()): with pid, what
+				 * the agent's records in the send pool say */
+	uint8_t  _rsvd[32];
 };
 _Static_assert(sizeof(struct pd_attach_hello) == 64, "attach ABI");
 

@@ -65,7 +65,8 @@ struct pd_slot_desc {
 	uint32_t len;           /* writer: current owner; payload bytes */
 	uint32_t crc32c;        /* writer: current owner; optional */
 	uint32_t flags;         /* writer: current owner */
-	uint8_t  _rsvd[12];
+	uint32_t pidns;         /* writer: pool mutex holder; pid's namespace */
+	uint8_t  _rsvd[8];
 };
 _Static_assert(sizeof(struct pd_slot_desc) == 64, "slot descriptor is one cache line");
 
@@ -77,7 +78,8 @@ struct pd_pool_waiter {
 	uint32_t n;
 	uint32_t cancelled;
 	uint64_t seen_ns; /* CLOCK_MONOTONIC: when it last looked at the queue */
-	uint64_t _rsvd;
+	uint32_t pidns;   /* pid's namespace */
+	uint32_t _rsvd;
 };
 _Static_assert(sizeof(struct pd_pool_waiter) == 48, "waiter ABI");
 
@@ -116,6 +118,7 @@ struct pd_pool_shm {
 	uint32_t lock_owner;     /* owner id the holder acts for (diagnostics) */
 	int32_t  lock_pid;       /* pid of the holder, 0 when unlocked: for repair */
 	uint64_t next_ticket;
+	uint32_t lock_pidns;     /* lock_pid's namespace */
 
 	alignas(PD_CACHE_LINE) struct pd_pool_counters stats; /* readers: anyone */
 	alignas(PD_CACHE_LINE) struct pd_pool_waiter waiters[PD_POOL_MAX_WAITERS];
@@ -194,9 +197,10 @@ int pd_pool_set_state(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n, ui
 int pd_pool_cancel(struct pd_pool *p, uint64_t tag);
 /* Free every slot of owner and drop its waits (it died). @return slots freed. */
 int pd_pool_reclaim(struct pd_pool *p, uint32_t owner);
-/* The same for owner's process pid only (a retry after the owner id may
- * have been given to another process). @return slots freed. */
-int pd_pool_reclaim_proc(struct pd_pool *p, uint32_t owner, int32_t pid);
+/* The same for owner's process only, pid of pid namespace pidns as it
+ * records itself (a retry after the owner id may have been given to another
+ * process). @return slots freed. */
+int pd_pool_reclaim_proc(struct pd_pool *p, uint32_t owner, int32_t pid, uint32_t pidns);
 /* Free one slot if it is still in state with ref's generation (a loan
  * nobody holds), rebuilding the free stack from the descriptors (the shared
  * stack may list it already). @return 1 freed, 0 it changed meanwhile;
@@ -206,10 +210,11 @@ int pd_pool_reclaim_slot(struct pd_pool *p, pd_slot_ref ref, uint32_t state);
  * Broker: is the pool's mutex usable? Takes and releases it, waiting at
  * most timeout_ms (a dead holder's state is repaired on the way).
  * @return 0 usable; -ETIMEDOUT held (*holder: the pid the pool records as
- *         holder, unverified; 0 none); -ENOTRECOVERABLE, -EINVAL and other
- *         errors: unusable as it is.
+ *         holder, unverified, 0 none; *holder_ns: that pid's namespace);
+ *         -ENOTRECOVERABLE, -EINVAL and other errors: unusable as it is.
  */
-int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder);
+int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder,
+		       uint32_t *holder_ns);
 /**
  * Broker: make the pool's mutex and condvar new in place and rebuild the
  * free stack and counts from the descriptors, for a mutex found stuck or

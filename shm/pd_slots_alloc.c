@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Slot pool: locking, owner-death repair, allocation, free, cancel, reclaim. */
 #include <errno.h>
+#include <stdbool.h>
 #include <time.h>
 #include <string.h>
 
@@ -54,15 +55,21 @@ static void waiter_del(struct pd_pool_shm *s, struct pd_pool_waiter *w)
 	s->nwaiters--;
 }
 
-/* Free every slot (and drop every wait) of an owner id, or of a pid. */
-static uint32_t free_owned(struct pd_pool *p, uint32_t owner, int32_t pid)
+/* A record of pid in namespace ns is of the process pid/ns names (any, pid 0). */
+static bool same_proc(int32_t rpid, uint32_t rns, int32_t pid, uint32_t ns)
+{
+	return !pid || (rpid == pid && rns == ns);
+}
+
+/* Free every slot (and drop every wait) of an owner id, or of a process. */
+static uint32_t free_owned(struct pd_pool *p, uint32_t owner, int32_t pid, uint32_t ns)
 {
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < p->nslots; i++) {
 		struct pd_slot_desc *d = &p->desc[i];
 
-		if (slot_state(d) != PD_SLOT_FREE && (!pid || d->pid == pid) &&
+		if (slot_state(d) != PD_SLOT_FREE && same_proc(d->pid, d->pidns, pid, ns) &&
 		    (!owner || d->owner == owner)) {
 			slot_set_state(d, PD_SLOT_FREE);
 			n++;
@@ -71,7 +78,8 @@ static uint32_t free_owned(struct pd_pool *p, uint32_t owner, int32_t pid)
 	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
 		struct pd_pool_waiter *w = &p->shm->waiters[i];
 
-		if (w->ticket && (!pid || w->pid == pid) && (!owner || w->owner == owner))
+		if (w->ticket && same_proc(w->pid, w->pidns, pid, ns) &&
+		    (!owner || w->owner == owner))
 			waiter_del(p->shm, w);
 	}
 	return n;
@@ -85,12 +93,12 @@ static int repair(void *ctx)
 	struct pd_pool_shm *s = p->shm;
 	uint32_t freed = 0;
 
-	if (s->lock_pid > 0 && !pd_pid_alive(s->lock_pid))
-		freed = free_owned(p, 0, s->lock_pid);
+	if (s->lock_pid > 0 && !pd_proc_alive(s->lock_pid, s->lock_pidns))
+		freed = free_owned(p, 0, s->lock_pid, s->lock_pidns);
 	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
 		struct pd_pool_waiter *w = &s->waiters[i];
 
-		if (w->ticket && !pd_pid_alive(w->pid))
+		if (w->ticket && !pd_proc_alive(w->pid, w->pidns))
 			w->ticket = 0;
 	}
 	rebuild(p);
@@ -108,6 +116,7 @@ static void set_holder(struct pd_pool_shm *s, uint32_t owner)
 {
 	s->lock_owner = owner;
 	s->lock_pid = pd_self_pid();
+	s->lock_pidns = pd_self_pidns();
 }
 
 /* A mutex found unusable (its bytes overwritten, a refused repair) is made
@@ -210,6 +219,7 @@ static int take_pass(struct pd_pool *p, const struct pd_pool_who *who, uint32_t 
 		d->gen = gen;
 		d->owner = w.owner;
 		d->pid = w.pid;
+		d->pidns = pd_self_pidns();
 		d->tag = w.tag;
 		d->len = 0;
 		d->flags = 0;
@@ -272,7 +282,7 @@ static struct pd_pool_waiter *waiter_add(struct pd_pool_shm *s, const struct pd_
 		return NULL;
 	*w = (struct pd_pool_waiter){ .ticket = s->next_ticket++, .tag = who->tag,
 				      .owner = who->owner, .pid = who->pid, .n = n,
-				      .seen_ns = pd_now_ns() };
+				      .seen_ns = pd_now_ns(), .pidns = pd_self_pidns() };
 	s->nwaiters++;
 	return w;
 }
@@ -320,7 +330,7 @@ static void drop_dead_ahead(struct pd_pool_shm *s, uint64_t ticket)
 	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {
 		struct pd_pool_waiter *w = &s->waiters[i];
 
-		if (w->ticket && w->ticket < ticket && !pd_pid_alive(w->pid)) {
+		if (w->ticket && w->ticket < ticket && !pd_proc_alive(w->pid, w->pidns)) {
 			PD_LOG(WARN, slot, "dropping wait of dead pid %d", w->pid);
 			waiter_del(s, w);
 		}
@@ -545,6 +555,7 @@ int pd_pool_set_state(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n, ui
 
 		d->owner = owner;
 		d->pid = pd_self_pid();
+		d->pidns = pd_self_pidns();
 		slot_set_state(d, state);
 	}
 	pd_pool_unlock(p);
@@ -575,10 +586,10 @@ int pd_pool_cancel(struct pd_pool *p, uint64_t tag)
 
 int pd_pool_reclaim(struct pd_pool *p, uint32_t owner)
 {
-	return pd_pool_reclaim_proc(p, owner, 0);
+	return pd_pool_reclaim_proc(p, owner, 0, 0);
 }
 
-int pd_pool_reclaim_proc(struct pd_pool *p, uint32_t owner, int32_t pid)
+int pd_pool_reclaim_proc(struct pd_pool *p, uint32_t owner, int32_t pid, uint32_t pidns)
 {
 	uint32_t n;
 	int rc;
@@ -588,7 +599,7 @@ int pd_pool_reclaim_proc(struct pd_pool *p, uint32_t owner, int32_t pid)
 	rc = lock_short(p, PD_POOL_OWNER_NONE);
 	if (rc < 0)
 		return rc;
-	n = free_owned(p, owner, pid);
+	n = free_owned(p, owner, pid, pidns);
 	rebuild(p);
 	pd_stat_add1w(&p->shm->stats.reclaimed, n);
 	pd_cond_broadcast(&p->shm->cond);
@@ -618,20 +629,24 @@ int pd_pool_reclaim_slot(struct pd_pool *p, pd_slot_ref ref, uint32_t state)
 	return rc;
 }
 
-int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder)
+int pd_pool_lock_check(struct pd_pool *p, uint32_t timeout_ms, int32_t *holder,
+		       uint32_t *holder_ns)
 {
 	int rc;
 
-	if (!p || !holder)
+	if (!p || !holder || !holder_ns)
 		return -EINVAL;
 	*holder = 0;
+	*holder_ns = 0;
 	rc = pd_mutex_lock_timeout(&p->shm->lock, timeout_ms, repair, p);
 	if (rc >= 0) {
 		pd_pool_unlock(p);
 		return 0;
 	}
-	if (rc == -ETIMEDOUT)
+	if (rc == -ETIMEDOUT) {
 		*holder = p->shm->lock_pid;
+		*holder_ns = p->shm->lock_pidns;
+	}
 	return rc;
 }
 
@@ -705,6 +720,7 @@ static int resync_one(struct pd_pool *p, uint32_t i, uint32_t owner, const struc
 		d->gen = t->gen;
 		d->owner = owner;
 		d->pid = pd_self_pid();
+		d->pidns = pd_self_pidns();
 	}
 	slot_set_state(d, t->state);
 	return off;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -201,11 +202,13 @@ void pd_cond_broadcast(struct pd_cond *cv)
 }
 
 static _Atomic int32_t self_pid;
+static _Atomic uint32_t self_pidns;
 static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
 
 static void self_pid_reset(void)
 {
 	atomic_store_explicit(&self_pid, 0, memory_order_relaxed);
+	atomic_store_explicit(&self_pidns, 0, memory_order_relaxed);
 }
 
 static void self_pid_register(void)
@@ -223,6 +226,29 @@ int32_t pd_self_pid(void)
 	pid = (int32_t)getpid();
 	atomic_store_explicit(&self_pid, pid, memory_order_relaxed);
 	return pid;
+}
+
+uint32_t pd_self_pidns(void)
+{
+	uint32_t ns = atomic_load_explicit(&self_pidns, memory_order_relaxed);
+	struct stat st;
+
+	if (PD_LIKELY(ns))
+		return ns;
+	(void)pd_self_pid(); /* the fork hook resets this too */
+	/* Namespace inodes are 32-bit numbers (proc_alloc_inum()). */
+	ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : PD_PIDNS_UNKNOWN;
+	atomic_store_explicit(&self_pidns, ns, memory_order_relaxed);
+	return ns;
+}
+
+int pd_proc_alive(int32_t pid, uint32_t pidns)
+{
+	uint32_t mine = pd_self_pidns();
+
+	if (pidns != mine && pidns != PD_PIDNS_UNKNOWN && mine != PD_PIDNS_UNKNOWN)
+		return 1; /* its pid means another process here: cannot tell */
+	return pd_pid_alive(pid);
 }
 
 /* State letter of pid from /proc (field 3), or 0 when unreadable. */

@@ -96,6 +96,16 @@ void pd_cond_broadcast(struct pd_cond *cv);
 int32_t pd_self_pid(void);
 /* 1 when pid is a live process, 0 when it is gone (or a zombie). */
 int pd_pid_alive(int32_t pid);
+
+/* The pid namespace of this process (the inode of /proc/self/ns/pid),
+ * cached like pd_self_pid(); PD_PIDNS_UNKNOWN without /proc. A pid written
+ * to shared memory goes with it: processes of one broker may run in other
+ * pid namespaces (containers), where the same number is another process. */
+#define PD_PIDNS_UNKNOWN 0u
+uint32_t pd_self_pidns(void);
+/* pd_pid_alive() for a pid of namespace pidns: 1 (cannot tell, so taken as
+ * live) when that is not this process's namespace. */
+int pd_proc_alive(int32_t pid, uint32_t pidns);
 /* Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22);
  * with the pid it identifies a process across pid reuse. */
 int pd_pid_start_time(int32_t pid, uint64_t *out);

@@ -100,7 +100,7 @@ int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *
 	struct ent *e;
 
 	if (!ag || id < 1 || id > ag->max || ag->ent[id - 1].state != E_ATTACHED ||
-	    ag->ent[id - 1].pid != pid || pid <= 0)
+	    ag->ent[id - 1].pid != pid)
 		return -ENOENT;
 	e = &ag->ent[id - 1];
 	e->state = E_FENCED;
@@ -108,8 +108,11 @@ int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *
 	atomic_store_explicit(&ag->o.shm->agents->slot[id - 1].state, PD_AGENT_FENCED,
 			      memory_order_release);
 	drop_pending(e);
-	errno = EPERM; /* never ourselves (an agent of the broker's own process) */
-	if (pid != getpid() && kill(pid, SIGKILL) == 0) { /* its socket closes as it dies */
+	/* Never ourselves (an agent of the broker's own process), nor pid 0
+	 * (one not visible in the broker's pid namespace: kill(0) is our group). */
+	errno = pid > 0 ? EPERM : ESRCH;
+	if (pid > 0 && pid != getpid() && kill(pid, SIGKILL) == 0) {
+		/* its socket closes as it dies */
 		PD_LOG(WARN, ctl, "agent %u (pid %d) fenced: %s; killed", id, pid, why);
 		return 0;
 	}
@@ -139,10 +142,25 @@ int pd_agents_tp(const struct pd_agents *ag, uint32_t id, uint32_t *rank, uint32
 	return 0;
 }
 
-uint32_t pd_agents_by_pid(const struct pd_agents *ag, int32_t pid)
+int pd_agents_live(const struct pd_agents *ag, uint32_t id)
 {
-	for (uint32_t i = 0; ag && pid > 0 && i < ag->max; i++)
-		if (ag->ent[i].state == E_ATTACHED && ag->ent[i].pid == pid)
+	return ag && id >= 1 && id <= ag->max &&
+	       (ag->ent[id - 1].state == E_ATTACHED || ag->ent[id - 1].state == E_FENCED);
+}
+
+int pd_agents_proc(const struct pd_agents *ag, uint32_t id, struct pd_agent_proc *out)
+{
+	if (!ag || id < 1 || id > ag->max || !ag->ent[id - 1].proc.pid)
+		return -ENOENT;
+	*out = ag->ent[id - 1].proc;
+	return 0;
+}
+
+uint32_t pd_agents_by_proc(const struct pd_agents *ag, const struct pd_agent_proc *proc)
+{
+	for (uint32_t i = 0; ag && proc->pid > 0 && i < ag->max; i++)
+		if (ag->ent[i].state == E_ATTACHED && ag->ent[i].proc.pid == proc->pid &&
+		    ag->ent[i].proc.pidns == proc->pidns)
 			return i + 1;
 	return 0;
 }
@@ -252,6 +270,7 @@ int pd_agents_admit(struct ent *e, int fd, const struct pd_attach_hello *h,
 	}
 	e->fd = fd;
 	e->pid = cred->pid;
+	e->proc = (struct pd_agent_proc){ .pid = h->pid, .pidns = h->pidns };
 	rc = send_welcome(e, h, cred);
 	if (rc < 0) {
 		release(e);

@@ -106,7 +106,8 @@ void pd_agents_kick(struct pd_agents *ag, uint32_t id);
 int pd_agents_fence(struct pd_agents *ag, uint32_t id, int32_t pid, const char *why);
 
 /* The pid agent id attached as (SO_PEERCRED) while attached or fenced
- * and not yet gone; 0 otherwise. */
+ * and not yet gone; 0 otherwise, and when its process is not visible in
+ * the broker's pid namespace. */
 int32_t pd_agents_pid(const struct pd_agents *ag, uint32_t id);
 /* The tensor-parallel rank and size agent id said at its hello; -ENOENT not attached. */
 int pd_agents_tp(const struct pd_agents *ag, uint32_t id, uint32_t *rank, uint32_t *size);
@@ -115,8 +116,23 @@ int pd_agents_tp(const struct pd_agents *ag, uint32_t id, uint32_t *rank, uint32
  * because an agent's queue was full (counter). */
 void pd_agents_cq_stats(const struct pd_agents *ag, uint64_t *queued, uint64_t *dropped);
 
-/* The attached agent of process pid (its first), 0 when none. */
-uint32_t pd_agents_by_pid(const struct pd_agents *ag, int32_t pid);
+/* An agent's process as its records in the send pool name it: the pid
+ * and pid namespace its hello said (pd_self_pidns(); the two differ from
+ * SO_PEERCRED's pid when it runs in another pid namespace, a container).
+ * Only ever matched against those records; what is killed is the
+ * SO_PEERCRED pid. */
+struct pd_agent_proc {
+	int32_t pid;
+	uint32_t pidns;
+};
+
+/* 1 while agent id is attached or fenced and not yet gone, else 0. */
+int pd_agents_live(const struct pd_agents *ag, uint32_t id);
+/* The process of slot id's agent, or of its last one once gone (until the
+ * slot is taken again). @return 0; -ENOENT never attached. */
+int pd_agents_proc(const struct pd_agents *ag, uint32_t id, struct pd_agent_proc *out);
+/* The attached agent of that process (its first), 0 when none. */
+uint32_t pd_agents_by_proc(const struct pd_agents *ag, const struct pd_agent_proc *proc);
 
 /* Agents fenced since start (counter). */
 uint64_t pd_agents_fenced(const struct pd_agents *ag);

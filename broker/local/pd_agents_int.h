@@ -34,7 +34,8 @@ struct ent {
 	struct pd_ring_view sq, cq;
 	STAILQ_HEAD(, pending) pend;
 	uint32_t npend;
-	int32_t pid;                 /* from SO_PEERCRED at hello */
+	int32_t pid;                 /* from SO_PEERCRED at hello (0: not visible here) */
+	struct pd_agent_proc proc;   /* from its hello; kept after it goes */
 	uint32_t tp_rank, tp_size;   /* from its hello (checked: rank < size) */
 };
 

@@ -6,6 +6,8 @@
  * its slots back, the other agents' requests complete. Without a lease the
  * same stop holds the slots for as long as it lasts. A loan whose
  * descriptor names no attached agent is freed, and nobody is fenced for it.
+ * The same rules hold for agents in pid namespaces of their own (as in
+ * containers), whose pids in the pool are not the broker's.
  */
 #include <signal.h>
 #include <sys/wait.h>
@@ -42,6 +44,9 @@ struct hog {
 	int go;
 	int wait;        /* send: hold the loans running (until killed), not stopped */
 	unsigned hold_ms; /* recv: hold the pins this long running, then exit (0: stop) */
+	int pidns;       /* 1: run in a pid namespace of its own ... */
+	unsigned burn;   /* ... as pid 2 + burn there */
+	uint32_t want;   /* hog_wants: slots to wait for, within hold_ms */
 };
 
 static int ready(const struct hog *h)
@@ -165,6 +170,23 @@ static int hog_pins(void *arg)
 	return 0;
 }
 
+/* Child: wait in pd_alloc() for h->want slots of request h->req at most
+ * h->hold_ms. 0 got them, 10 timed out. */
+static int hog_wants(void *arg)
+{
+	struct hog *h = arg;
+	struct pd_agent *a = NULL;
+	pd_slot_ref r[16];
+	int rc;
+
+	if (h->want > 16 || pd_test_agent_attach(&h->t->p, PD_AGENT_SEND, &a) < 0 ||
+	    it_declare_on(h->t, a, h->req, h->want) < 0 ||
+	    it_wait_admission(a, h->req) != PD_REQ_ADMITTED || ready(h))
+		return 2;
+	rc = pd_alloc(a, h->req, h->want, r, h->hold_ms);
+	return rc == 0 ? 0 : rc == -ETIMEDOUT ? 10 : 11;
+}
+
 /* How the hog ended (reaped: the teardown leaves it alone). */
 static int wait_hog(pid_t pid)
 {
@@ -183,7 +205,7 @@ static pid_t start_hog(struct hog *h, int (*fn)(void *))
 
 	assert_int_equal(pipe(fds), 0);
 	h->fd = fds[1];
-	pid = pd_test_fork(fn, h);
+	pid = h->pidns ? pd_test_fork_pidns(fn, h, h->burn) : pd_test_fork(fn, h);
 	assert_true(pid > 0);
 	hog_pid = pid;
 	(void)close(fds[1]);
@@ -517,6 +539,88 @@ static void test_garbage_over_the_pool_lock_is_reset(void **state)
 	it_stop(t, 0);
 }
 
+/* A stopped loaner in a pid namespace of its own (its pool records say pid
+ * 2): fenced and killed, not robbed of loans it can still write. */
+static void test_stopped_loaner_in_another_pid_namespace_is_fenced(void **state)
+{
+	static const char *const lease[] = { "--loan-timeout", "1s", NULL };
+	struct it *t;
+	struct hog h = { .pidns = 1 };
+	pid_t pid;
+
+	(void)state;
+	if (!pd_test_pidns_ok())
+		skip();
+	t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 64, .p_extra = lease });
+	h.t = t;
+	pid = start_hog(&h, hog_loans);
+	assert_int_equal(it_free_slots(&t->p, 0), 16 - HOG);
+	assert_int_equal(wait_hog(pid), 128 + SIGKILL);
+	assert_int_equal(it_wait_stat(&t->p, "agents.fenced", 1), 1);
+	assert_int_equal(it_stat(&t->p, "pool.send.loans_orphaned"), 0);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	put_and_verify(t, "A");
+	it_stop(t, 0);
+}
+
+/* The same for the holder of the send pool's mutex: fenced, the mutex not
+ * made new under it. */
+static void test_stopped_lock_holder_in_another_pid_namespace_is_fenced(void **state)
+{
+	struct it *t;
+	struct hog h = { .lock = 1, .pidns = 1 };
+	pid_t pid;
+
+	(void)state;
+	if (!pd_test_pidns_ok())
+		skip();
+	t = it_start(16, 64);
+	h.t = t;
+	pid = start_hog(&h, hog_lock);
+	put_and_verify(t, "A");
+	assert_int_equal(wait_hog(pid), 128 + SIGKILL);
+	assert_int_equal(it_wait_stat(&t->p, "agents.fenced", 1), 1);
+	assert_int_equal(it_stat(&t->p, "pool.send.lock_resets"), 0);
+	put_and_verify(t, "B");
+	it_stop(t, 0);
+}
+
+/* A waiter in one pid namespace (pid 2 there) keeps its place in the FIFO
+ * against an agent of another, where pid 2 is gone: it is not taken for
+ * dead and dropped, so the smaller request behind it waits. */
+static void test_waiter_of_another_pid_namespace_keeps_its_place(void **state)
+{
+	struct it *t;
+	struct hog big = { .pidns = 1, .req = "big", .want = 8, .hold_ms = IT_WAIT_MS };
+	struct hog small = { .pidns = 1, .burn = 1, .req = "small", .want = 4, .hold_ms = 1000 };
+	struct pd_pool_shm *pool;
+	pd_slot_ref r[10];
+	pid_t bpid, spid;
+
+	(void)state;
+	if (!pd_test_pidns_ok())
+		skip();
+	t = it_start(16, 64);
+	big.t = small.t = t;
+	assert_int_equal(it_declare_on(t, t->pa, "mine", 10), 0);
+	assert_int_equal(it_wait_admission(t->pa, "mine"), PD_REQ_ADMITTED);
+	assert_int_equal(pd_alloc(t->pa, "mine", 10, r, IT_WAIT_MS), 0);
+	bpid = start_hog(&big, hog_wants);
+	hog_pid = 0; /* reaped here */
+	pool = send_pool(&big);
+	assert_non_null(pool);
+	for (uint64_t end = pd_deadline_ms(IT_WAIT_MS);
+	     __atomic_load_n(&pool->nwaiters, __ATOMIC_ACQUIRE) != 1 && pd_now_ns() < end;)
+		(void)usleep(1000);
+	assert_int_equal(pool->nwaiters, 1);
+	spid = start_hog(&small, hog_wants);
+	assert_int_equal(wait_hog(spid), 10); /* behind the big one, not before it */
+	assert_int_equal(pd_slot_release(t->pa, r, 10), 0);
+	assert_int_equal(pd_test_wait(bpid, IT_WAIT_MS), 0);
+	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -535,6 +639,12 @@ int main(void)
 		cmocka_unit_test_teardown(test_staging_freed_behind_a_held_lock_comes_back_later,
 					  kill_hog),
 		cmocka_unit_test_teardown(test_put_behind_a_held_lock_fails_and_frees_its_slots,
+					  kill_hog),
+		cmocka_unit_test_teardown(test_stopped_loaner_in_another_pid_namespace_is_fenced,
+					  kill_hog),
+		cmocka_unit_test_teardown(test_stopped_lock_holder_in_another_pid_namespace_is_fenced,
+					  kill_hog),
+		cmocka_unit_test_teardown(test_waiter_of_another_pid_namespace_keeps_its_place,
 					  kill_hog),
 	};
 

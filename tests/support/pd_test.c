@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -42,6 +45,100 @@ pid_t pd_test_fork(int (*fn)(void *arg), void *arg)
 	if (pid == 0)
 		_exit(fn(arg) & 0xff);
 	return pid;
+}
+
+static int write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : write(fd, text, strlen(text));
+
+	if (fd >= 0)
+		(void)close(fd);
+	return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A pid namespace for this process's children (and a user namespace mapping
+ * our ids, when not root). */
+static int new_pidns(void)
+{
+	uid_t uid = geteuid();
+	gid_t gid = getegid();
+	char map[64];
+
+	if (uid == 0)
+		return unshare(CLONE_NEWPID);
+	if (unshare(CLONE_NEWUSER | CLONE_NEWPID) < 0)
+		return -1;
+	(void)snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+	if (write_file("/proc/self/uid_map", map) < 0 ||
+	    write_file("/proc/self/setgroups", "deny") < 0)
+		return -1;
+	(void)snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+	return write_file("/proc/self/gid_map", map);
+}
+
+/* The exit status of a reaped child, as an exit code to pass on. */
+static int pass_on(pid_t pid)
+{
+	int st;
+
+	if (waitpid(pid, &st, 0) != pid)
+		return 125;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The namespace's init: burn pids, run fn in its child, pass on its end. */
+static int ns_init(int (*fn)(void *arg), void *arg, unsigned burn)
+{
+	pid_t pid;
+
+	for (unsigned i = 0; i < burn; i++) {
+		pid = fork();
+		if (pid == 0)
+			_exit(0);
+		if (pid < 0 || pass_on(pid) != 0)
+			return 124;
+	}
+	pid = fork();
+	if (pid < 0)
+		return 124;
+	if (pid == 0) {
+		(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(fn(arg) & 0xff);
+	}
+	return pass_on(pid);
+}
+
+pid_t pd_test_fork_pidns(int (*fn)(void *arg), void *arg, unsigned burn)
+{
+	pid_t pid = fork(), init;
+
+	if (pid < 0)
+		return -errno;
+	if (pid > 0)
+		return pid;
+	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (new_pidns() < 0)
+		_exit(123);
+	init = fork();
+	if (init == 0) {
+		(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(ns_init(fn, arg, burn));
+	}
+	_exit(init < 0 ? 124 : pass_on(init));
+}
+
+static int in_pidns(void *arg)
+{
+	(void)arg;
+	return getpid() == 2 ? 0 : 1;
+}
+
+int pd_test_pidns_ok(void)
+{
+	pid_t pid = pd_test_fork_pidns(in_pidns, NULL, 0);
+
+	return pid > 0 && pd_test_wait(pid, 5000) == 0;
 }
 
 int pd_test_wait(pid_t pid, uint32_t timeout_ms)

@@ -20,6 +20,16 @@ void pd_test_shared_free(void *p, size_t len);
 /* Fork; the child runs fn(arg) and _exit()s with its return value. -errno on failure. */
 pid_t pd_test_fork(int (*fn)(void *arg), void *arg);
 
+/* As pd_test_fork(), with fn run in a pid namespace of its own, as in a
+ * container: the child forked unshares one (and, not root, a user namespace
+ * mapping its own ids to themselves), its child is the namespace's init,
+ * which burns `burn` pids and forks fn's process (pid 2 + burn there). A
+ * signal that kills fn's process ends the returned pid with 128 + it, as
+ * pd_test_wait() reports a signal; each process dies with its parent. */
+pid_t pd_test_fork_pidns(int (*fn)(void *arg), void *arg, unsigned burn);
+/* 1 when pd_test_fork_pidns() can work here, else 0 (no namespaces). */
+int pd_test_pidns_ok(void);
+
 /* Wait for pid at most timeout_ms; on timeout it is SIGKILLed and
  * -ETIMEDOUT returned. Otherwise the exit code (0..255), or 128 + signal. */
 int pd_test_wait(pid_t pid, uint32_t timeout_ms);
