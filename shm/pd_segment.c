@@ -337,7 +337,7 @@ static void fill_hdr(struct pd_shm_hdr *h, const struct pd_segment_opts *o,
 	h->arena_page = s->arena_size ? PD_HUGETLB_PAGE : 0;
 	h->broker_pid = (int32_t)getpid();
 	h->nregions = PD_REGION_MAX;
-	if (pd_pid_start_time(h->broker_pid, &h->broker_start_ticks) < 0)
+	if (pd_self_start_time(&h->broker_start_ticks) < 0)
 		h->broker_start_ticks = 0;
 	(void)clock_gettime(CLOCK_REALTIME, &now);
 	h->broker_start_ns = (uint64_t)now.tv_sec * PD_NS_PER_S + (uint64_t)now.tv_nsec;

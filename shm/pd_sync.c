@@ -284,16 +284,14 @@ int pd_pid_alive(int32_t pid)
 	return st != 'Z' && st != 'X';
 }
 
-int pd_pid_start_time(int32_t pid, uint64_t *out)
+/* Field 22 (starttime) of a /proc/.../stat file. */
+static int stat_start_time(const char *path, uint64_t *out)
 {
-	char path[64], buf[1024];
+	char buf[1024];
 	ssize_t n;
 	char *p;
 	int fd;
 
-	if (pid <= 0 || !out)
-		return -EINVAL;
-	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -314,4 +312,19 @@ int pd_pid_start_time(int32_t pid, uint64_t *out)
 	}
 	*out = strtoull(p + 1, NULL, 10);
 	return 0;
+}
+
+int pd_pid_start_time(int32_t pid, uint64_t *out)
+{
+	char path[64];
+
+	if (pid <= 0 || !out)
+		return -EINVAL;
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	return stat_start_time(path, out);
+}
+
+int pd_self_start_time(uint64_t *out)
+{
+	return out ? stat_start_time("/proc/self/stat", out) : -EINVAL;
 }

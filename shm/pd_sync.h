@@ -109,5 +109,9 @@ int pd_proc_alive(int32_t pid, uint32_t pidns);
 /* Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22);
  * with the pid it identifies a process across pid reuse. */
 int pd_pid_start_time(int32_t pid, uint64_t *out);
+/* This process's: read from /proc/self, which is this process also when
+ * /proc is the mount of another pid namespace (where /proc/<getpid()> is
+ * someone else). */
+int pd_self_start_time(uint64_t *out);
 
 #endif

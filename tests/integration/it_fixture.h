@@ -48,6 +48,8 @@ struct it_opts {
 	const char *d_data;              /* the decode broker's --data; NULL: 127.0.0.1:0 */
 	const char *const *d_extra;      /* more of the decode broker's flags, NULL-ended */
 	const char *const *p_extra;      /* more of the prefill brokers' flags, NULL-ended */
+	uint8_t p_pidns, d_pidns;        /* 1: the prefill (decode) broker runs in a pid
+					  * namespace of its own (pd_test_broker.pidns) */
 };
 
 /* A broker's command line, kept while it may be restarted. */
@@ -110,6 +112,8 @@ static inline struct it *it_start_opts(const struct it_opts *o)
 	const char *dx = o->d_transport ? o->d_transport : o->transport;
 
 	assert_non_null(t);
+	t->d.pidns = o->d_pidns;
+	t->p.pidns = t->p2.pidns = o->p_pidns;
 	assert_int_equal(pd_test_broker_start(&t->d, "itD",
 					      it_args(&t->dargs, 0, o->recv_slots, o, dx, 0)),
 			 0);

@@ -9,7 +9,8 @@
  * says "pages 2.0 MiB", and a request moves byte for byte over TCP and
  * over shm (where the sender maps the receiver's arena file through
  * /proc/<pid>/fd); once they stop, every page is back in the pool.
- * With too few, auto falls back and says why, taking none.
+ * With too few, auto falls back and says why, taking none. A receiver in a
+ * pid namespace of its own cannot be mapped so: shm falls back to tcp.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -158,11 +159,36 @@ static void test_auto_falls_back_when_the_pool_is_short(void **state)
 	assert_int_equal(write_nr(nr_orig + EXTRA), 0);
 }
 
+/* The decode broker in a pid namespace of its own (a container): its
+ * hugetlb arena has no name, and its fd cannot be opened through /proc from
+ * the prefill broker's namespace, so the pair falls back to tcp and says
+ * why, and the request moves all the same. */
+static void test_shm_falls_back_to_tcp_across_pid_namespaces(void **state)
+{
+	struct it *t;
+	char x[256], why[256];
+
+	(void)state;
+	t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 20,
+					      .transport = "shm,tcp", .d_pidns = 1 });
+	assert_true(pd_test_broker_log_has(&t->d, "staging arenas in 2 MiB hugetlb pages"));
+	assert_int_equal(it_put(t, "ns", 0, 4, 4), 0);
+	it_expect_event(t, "ns", PD_EV_PUT_DONE);
+	it_verify(t, "ns", 4);
+	assert_int_equal(pd_recv_release(t->da, "ns"), 0);
+	it_peer_xport(&t->p, x, why, sizeof(x));
+	assert_string_equal(x, "tcp");
+	if (!strstr(why, "not visible in this pid namespace"))
+		fail_msg("why: %s", why);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tcp_in_hugetlb_pages),
 		cmocka_unit_test(test_shm_maps_the_peers_hugetlb_arena),
+		cmocka_unit_test(test_shm_falls_back_to_tcp_across_pid_namespaces),
 		cmocka_unit_test(test_auto_falls_back_when_the_pool_is_short),
 	};
 	int rc;

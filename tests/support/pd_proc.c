@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <stdint.h>
@@ -120,13 +122,27 @@ static int wait_socket(const struct pd_test_broker *b, uint32_t ms)
 	return 0;
 }
 
+/* fork(), the child in a pid namespace of its own (its pid there 1),
+ * and a user namespace mapping our ids when not root. Only exec follows. */
+static pid_t fork_pidns(void)
+{
+	uid_t uid = geteuid();
+	gid_t gid = getegid();
+	unsigned long flags = CLONE_NEWPID | (uid ? CLONE_NEWUSER : 0);
+	pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+
+	if (pid == 0 && (flags & CLONE_NEWUSER) && pd_test_map_ids(uid, gid) < 0)
+		_exit(126);
+	return pid;
+}
+
 /* Fork and exec the broker, then wait for its socket. */
 static int spawn(struct pd_test_broker *b, const char *const *args)
 {
 	char path[256];
 
 	broker_path(path, sizeof(path));
-	b->pid = fork();
+	b->pid = b->pidns ? fork_pidns() : fork();
 	if (b->pid < 0)
 		return -errno;
 	if (b->pid == 0)

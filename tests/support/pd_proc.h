@@ -12,6 +12,9 @@ struct pd_test_broker {
 	char rundir[96];
 	char ctrl[64];              /* tcp://127.0.0.1:PORT */
 	char log[192];              /* its stderr */
+	uint8_t pidns;              /* set before start: run it as the init of a pid
+				     * namespace of its own (a container's broker;
+				     * not root: in a user namespace too) */
 };
 
 /* A TCP port that was free a moment ago (bind to 0, read, close). */

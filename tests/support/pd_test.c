@@ -57,24 +57,30 @@ static int write_file(const char *path, const char *text)
 	return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
-/* A pid namespace for this process's children (and a user namespace mapping
- * our ids, when not root). */
-static int new_pidns(void)
+int pd_test_map_ids(uid_t uid, gid_t gid)
 {
-	uid_t uid = geteuid();
-	gid_t gid = getegid();
 	char map[64];
 
-	if (uid == 0)
-		return unshare(CLONE_NEWPID);
-	if (unshare(CLONE_NEWUSER | CLONE_NEWPID) < 0)
-		return -1;
 	(void)snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
 	if (write_file("/proc/self/uid_map", map) < 0 ||
 	    write_file("/proc/self/setgroups", "deny") < 0)
 		return -1;
 	(void)snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gid, (unsigned)gid);
 	return write_file("/proc/self/gid_map", map);
+}
+
+/* A pid namespace for this process's children (and a user namespace mapping
+ * our ids, when not root). */
+static int new_pidns(void)
+{
+	uid_t uid = geteuid();
+	gid_t gid = getegid();
+
+	if (uid == 0)
+		return unshare(CLONE_NEWPID);
+	if (unshare(CLONE_NEWUSER | CLONE_NEWPID) < 0)
+		return -1;
+	return pd_test_map_ids(uid, gid);
 }
 
 /* The exit status of a reaped child, as an exit code to pass on. */

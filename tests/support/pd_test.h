@@ -29,6 +29,9 @@ pid_t pd_test_fork(int (*fn)(void *arg), void *arg);
 pid_t pd_test_fork_pidns(int (*fn)(void *arg), void *arg, unsigned burn);
 /* 1 when pd_test_fork_pidns() can work here, else 0 (no namespaces). */
 int pd_test_pidns_ok(void);
+/* Just after unshare(CLONE_NEWUSER) (or a clone with it): map uid and gid,
+ * this process's before, to themselves there. 0 or -1. */
+int pd_test_map_ids(uid_t uid, gid_t gid);
 
 /* Wait for pid at most timeout_ms; on timeout it is SIGKILLed and
  * -ETIMEDOUT returned. Otherwise the exit code (0..255), or 128 + signal. */

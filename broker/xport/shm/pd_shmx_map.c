@@ -132,8 +132,9 @@ static int open_arena_file(const struct geo *g, char *err, size_t errlen)
 	int fd, rc;
 
 	if (!broker_visible(g->pid, g->start_ticks)) {
-		pd_err_set(err, errlen, "the peer's arenas are in hugetlb pages of its process "
-			   "(pid %d), not visible from this pid namespace", g->pid);
+		/* At most PD_XPORT_WHY_MAX: pdctl peers shows it whole. */
+		pd_err_set(err, errlen, "hugetlb arena of a broker (pid %d) not visible in this "
+			   "pid namespace", g->pid);
 		return -EPERM;
 	}
 	(void)snprintf(path, sizeof(path), "/proc/%d/fd/%d", g->pid, g->arena_fd);
