@@ -55,7 +55,7 @@ static void refuse(int fd, int32_t status)
 static int peer_ok(const struct pd_agents *ag, int fd, struct ucred *cred)
 {
 	if (pd_attach_peer_cred(fd, cred) < 0 ||
-	    !pd_attach_cred_ok(cred, geteuid(), ag->o.group))
+	    !pd_attach_cred_ok(fd, cred, geteuid(), ag->o.group))
 		return -EACCES;
 	return 0;
 }

@@ -254,49 +254,36 @@ int pd_attach_peer_cred(int fd, struct ucred *out)
 	return 0;
 }
 
-/* Is gid among the numbers of a "Groups:" value ("\t4 24 27 \n")? */
-static bool groups_has(const char *s, gid_t gid)
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59 /* Linux 4.13 */
+#endif
+
+/* 1 when gid is among the supplementary groups the peer of fd had at
+ * connect() (SO_PEERGROUPS: the kernel's record, whatever pid namespace it
+ * runs in and whatever became of its pid), 0 when not, -errno. */
+static int peer_in_group(int fd, gid_t gid)
 {
-	char *end;
-	unsigned long v;
+	gid_t small[64], *g = small;
+	socklen_t len = sizeof(small);
+	int rc = 0;
 
-	for (;;) {
-		while (*s == ' ' || *s == '\t')
-			s++;
-		if (*s < '0' || *s > '9')
-			return false;
-		v = strtoul(s, &end, 10);
-		if (v == (unsigned long)gid)
-			return true;
-		s = end;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
+		if (errno != ERANGE)
+			return -errno;
+		g = malloc(len);
+		if (!g)
+			return -ENOMEM;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0)
+			rc = -errno;
 	}
-}
-
-/* 1 when /proc/<pid>/status lists gid among the supplementary groups,
- * 0 when not, -errno. */
-static int proc_in_group(pid_t pid, gid_t gid)
-{
-	char path[64], *line = NULL;
-	size_t cap = 0;
-	FILE *f;
-	int rc = -EPROTO; /* no "Groups:" line */
-
-	(void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (getline(&line, &cap, f) >= 0) {
-		if (strncmp(line, "Groups:", 7) == 0) {
-			rc = groups_has(line + 7, gid);
-			break;
-		}
-	}
-	free(line);
-	(void)fclose(f);
+	for (size_t i = 0; rc == 0 && i < len / sizeof(gid_t); i++)
+		rc = g[i] == gid;
+	if (g != small)
+		free(g);
 	return rc;
 }
 
-bool pd_attach_cred_ok(const struct ucred *cred, uid_t broker_uid, gid_t group)
+bool pd_attach_cred_ok(int fd, const struct ucred *cred, uid_t broker_uid, gid_t group)
 {
 	if (!cred)
 		return false;
@@ -306,9 +293,7 @@ bool pd_attach_cred_ok(const struct ucred *cred, uid_t broker_uid, gid_t group)
 		return false;
 	if (cred->gid == group)
 		return true;
-	if (cred->pid <= 0)
-		return false; /* not visible in our pid namespace */
-	return proc_in_group(cred->pid, group) == 1;
+	return fd >= 0 && peer_in_group(fd, group) == 1;
 }
 
 /* ---- ack ------------------------------------------------------------------- */

@@ -13,7 +13,7 @@
  *   pd_attach_conn_init(&c, fd);
  *   on POLLIN:   rc = pd_attach_conn_read(&c, &hello);   -EAGAIN: wait more
  *   on a tick:   pd_attach_conn_expired(&c, now, timeout) -> close it
- *   complete:    pd_attach_peer_cred(fd, &uc); pd_attach_cred_ok(&uc, ...)
+ *   complete:    pd_attach_peer_cred(fd, &uc); pd_attach_cred_ok(fd, &uc, ...)
  *                pd_attach_ack_init(&ack, status); ... pd_attach_send_ack()
  *
  * After a successful ack the connection stays open for the agent's whole
@@ -99,21 +99,17 @@ bool pd_attach_conn_expired(const struct pd_attach_conn *c, uint64_t now_ns,
 int pd_attach_peer_cred(int fd, struct ucred *out);
 
 /**
- * May this peer attach? Yes if its uid is broker_uid or root, or, when a
- * group is given, if that group is its primary group or one of its
- * supplementary groups (read from /proc/<pid>/status "Groups:").
+ * May the peer of fd, of credentials cred, attach? Yes if its uid is
+ * broker_uid or root, or, when a group is given, if that group is its
+ * primary group or one of the supplementary groups it had at connect()
+ * (SO_PEERGROUPS, as the kernel recorded them: also for a peer in another
+ * pid namespace, a container, whose pid reads 0 here). fd < 0: no
+ * supplementary groups.
  *
  * A predicate (like pd_admit_ok()), not an -errno function: true means
- * allowed. Anything that cannot be decided (no pid in our namespace,
- * /proc unreadable because the peer exited) is false: refuse with
- * -EACCES.
- *
- * The supplementary groups are read by pid after the fact; a peer that
- * died and whose pid was reused could be judged by another process's
- * groups. The ack to a dead peer's socket fails anyway (EPIPE), so fds
- * cannot reach the impostor through this connection.
+ * allowed. Anything that cannot be decided is false: refuse with -EACCES.
  */
-bool pd_attach_cred_ok(const struct ucred *cred, uid_t broker_uid, gid_t group);
+bool pd_attach_cred_ok(int fd, const struct ucred *cred, uid_t broker_uid, gid_t group);
 
 /* Zero ack and set magic, version and status (0 or -errno). */
 void pd_attach_ack_init(struct pd_attach_ack *ack, int32_t status);

@@ -96,9 +96,10 @@ static int private_machine(void)
 
 /* ---- root brokers with their default rundir ------------------------------------ */
 
-/* Start pdbroker NAME with no --rundir (its default: /run/pdkv, as root). */
+/* Start pdbroker NAME with no --rundir (its default: /run/pdkv, as root),
+ * in a pid namespace of its own when pidns (as a container's broker). */
 static void start_default(struct pd_test_broker *b, const char *tag, uint32_t send,
-			  uint32_t recv)
+			  uint32_t recv, int pidns)
 {
 	char bin[256], sendv[16], recvv[16], path[256];
 	uint64_t deadline = pd_deadline_ms(10000);
@@ -113,7 +114,7 @@ static void start_default(struct pd_test_broker *b, const char *tag, uint32_t se
 	(void)snprintf(b->log, sizeof(b->log), "/run/%s.log", b->name); /* the private /run */
 	(void)snprintf(sendv, sizeof(sendv), "%u", send);
 	(void)snprintf(recvv, sizeof(recvv), "%u", recv);
-	b->pid = fork();
+	b->pid = pidns ? pd_test_fork_init() : fork();
 	assert_true(b->pid >= 0);
 	if (b->pid == 0) {
 		const char *argv[] = { bin, "--name", b->name, "--ctrl", b->ctrl, "--data",
@@ -270,8 +271,8 @@ static int setup(void **state)
 
 	if (!t)
 		return -1;
-	start_default(&t->d, "grpD", 0, 16);
-	start_default(&t->p, "grpP", 16, 0);
+	start_default(&t->d, "grpD", 0, 16, 0);
+	start_default(&t->p, "grpP", 16, 0, 0);
 	*state = t;
 	return 0;
 }
@@ -328,6 +329,31 @@ static void test_member_with_defaults_moves_a_request(void **state)
 	assert_int_equal(it_wait_free(&t->p, 0, 16), 16);
 }
 
+/* Brokers in pid namespaces of their own (containers) see the worker's pid
+ * as 0: its supplementary group counts all the same (the kernel's record of
+ * it at connect, not /proc). */
+static void test_member_attaches_to_brokers_that_cannot_see_it(void **state)
+{
+	struct it b = { 0 };
+	struct worker_arg w = { .t = &b, .member = 1 };
+	pid_t pid;
+	int rc;
+
+	(void)state;
+	start_default(&b.d, "grpnsD", 0, 16, 1);
+	start_default(&b.p, "grpnsP", 16, 0, 1);
+	pid = pd_test_fork(worker, &w);
+	assert_true(pid > 0);
+	rc = pd_test_wait(pid, 30000);
+	if (rc != 0) {
+		pd_test_broker_dump_log(&b.p);
+		pd_test_broker_dump_log(&b.d);
+	}
+	(void)pd_test_broker_stop(&b.p);
+	(void)pd_test_broker_stop(&b.d);
+	assert_int_equal(rc, 0);
+}
+
 static void test_member_pdctl_with_defaults(void **state)
 {
 	struct it *t = *state;
@@ -355,6 +381,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rundir_belongs_to_the_group),
 		cmocka_unit_test(test_member_with_defaults_moves_a_request),
+		cmocka_unit_test(test_member_attaches_to_brokers_that_cannot_see_it),
 		cmocka_unit_test(test_member_pdctl_with_defaults),
 		cmocka_unit_test(test_outsider_refused),
 	};

@@ -122,9 +122,7 @@ static int wait_socket(const struct pd_test_broker *b, uint32_t ms)
 	return 0;
 }
 
-/* fork(), the child in a pid namespace of its own (its pid there 1),
- * and a user namespace mapping our ids when not root. Only exec follows. */
-static pid_t fork_pidns(void)
+pid_t pd_test_fork_init(void)
 {
 	uid_t uid = geteuid();
 	gid_t gid = getegid();
@@ -142,7 +140,7 @@ static int spawn(struct pd_test_broker *b, const char *const *args)
 	char path[256];
 
 	broker_path(path, sizeof(path));
-	b->pid = b->pidns ? fork_pidns() : fork();
+	b->pid = b->pidns ? pd_test_fork_init() : fork();
 	if (b->pid < 0)
 		return -errno;
 	if (b->pid == 0)

@@ -17,6 +17,11 @@ struct pd_test_broker {
 				     * not root: in a user namespace too) */
 };
 
+/* fork(), the child the init (pid 1) of a pid namespace of its own, in a
+ * user namespace mapping our ids too when not root; what it runs must exec
+ * at once (a broker, as a container's). */
+pid_t pd_test_fork_init(void);
+
 /* A TCP port that was free a moment ago (bind to 0, read, close). */
 int pd_test_free_port(void);
 

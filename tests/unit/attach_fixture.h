@@ -258,7 +258,7 @@ static inline int child_check_peer(int fd, const struct pd_attach_hello *h)
 		return -1;
 	if (uc.pid != getppid() || uc.pid != h->pid)
 		return -1;
-	return pd_attach_cred_ok(&uc, getuid(), PD_ATTACH_NO_GROUP) ? 0 : -EACCES;
+	return pd_attach_cred_ok(fd, &uc, getuid(), PD_ATTACH_NO_GROUP) ? 0 : -EACCES;
 }
 
 /* 0 once the peer closed (read 0 or HUP), -ETIMEDOUT otherwise. */

@@ -374,39 +374,48 @@ static void test_cred_ok_synthetic(void **state)
 	struct ucred uc = { .pid = getpid(), .uid = BROKER_UID, .gid = OTHER_GID };
 
 	(void)state;
-	assert_false(pd_attach_cred_ok(NULL, BROKER_UID, PD_ATTACH_NO_GROUP));
-	assert_true(pd_attach_cred_ok(&uc, BROKER_UID, PD_ATTACH_NO_GROUP));
+	assert_false(pd_attach_cred_ok(-1, NULL, BROKER_UID, PD_ATTACH_NO_GROUP));
+	assert_true(pd_attach_cred_ok(-1, &uc, BROKER_UID, PD_ATTACH_NO_GROUP));
 	uc.uid = 0;
-	assert_true(pd_attach_cred_ok(&uc, BROKER_UID, PD_ATTACH_NO_GROUP));
+	assert_true(pd_attach_cred_ok(-1, &uc, BROKER_UID, PD_ATTACH_NO_GROUP));
 	uc.uid = OTHER_UID;
-	assert_false(pd_attach_cred_ok(&uc, BROKER_UID, PD_ATTACH_NO_GROUP));
-	assert_false(pd_attach_cred_ok(&uc, BROKER_UID, 0x7ffffff0u));
+	assert_false(pd_attach_cred_ok(-1, &uc, BROKER_UID, PD_ATTACH_NO_GROUP));
+	assert_false(pd_attach_cred_ok(-1, &uc, BROKER_UID, 0x7ffffff0u));
 	uc.gid = SHARE_GID; /* primary group */
-	assert_true(pd_attach_cred_ok(&uc, BROKER_UID, SHARE_GID));
-	uc.pid = 0; /* not in our pid namespace: no supplementary check */
-	uc.gid = OTHER_GID;
-	assert_false(pd_attach_cred_ok(&uc, BROKER_UID, SHARE_GID));
+	assert_true(pd_attach_cred_ok(-1, &uc, BROKER_UID, SHARE_GID));
+	uc.gid = OTHER_GID; /* no socket: no supplementary groups */
+	assert_false(pd_attach_cred_ok(-1, &uc, BROKER_UID, SHARE_GID));
 }
 
 /* In a child (setgroups must not touch the test process): a supplementary
- * group of the peer counts; one it lacks does not; a gone peer is refused. */
+ * group the peer had at connect counts, also when its pid is not visible
+ * (0, as from another pid namespace); one it lacks does not; none count
+ * without its socket. */
 static int child_groups(void *arg)
 {
 	gid_t g[64], mine = SHARE_GID;
 	struct ucred uc = { .pid = getpid(), .uid = OTHER_UID, .gid = OTHER_GID };
-	int n = getgroups(64, g);
+	int n = getgroups(64, g), sp[2], rc = 0;
 
 	(void)arg;
 	if (n == 0 && geteuid() == 0 && setgroups(1, &mine) == 0)
 		n = getgroups(64, g);
 	if (n <= 0)
 		return 77; /* no supplementary group to test with */
-	if (!pd_attach_cred_ok(&uc, BROKER_UID, g[n - 1]))
-		return 1;
-	if (pd_attach_cred_ok(&uc, BROKER_UID, 0x7ffffff0u))
-		return 2;
-	uc.pid = 0x3ffffff0; /* above pid_max: no /proc entry */
-	return pd_attach_cred_ok(&uc, BROKER_UID, g[0]) ? 3 : 0;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+		return 5;
+	if (!pd_attach_cred_ok(sp[0], &uc, BROKER_UID, g[n - 1]))
+		rc = 1;
+	else if (pd_attach_cred_ok(sp[0], &uc, BROKER_UID, 0x7ffffff0u))
+		rc = 2;
+	uc.pid = 0;
+	if (!rc && !pd_attach_cred_ok(sp[0], &uc, BROKER_UID, g[0]))
+		rc = 3;
+	if (!rc && pd_attach_cred_ok(-1, &uc, BROKER_UID, g[0]))
+		rc = 4;
+	(void)close(sp[0]);
+	(void)close(sp[1]);
+	return rc;
 }
 
 static void test_cred_ok_groups(void **state)
