@@ -32,7 +32,11 @@ int pd_mutex_init(struct pd_mutex *mx)
 	if (!rc)
 		rc = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
 	if (!rc)
-		rc = pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+		/* Not ERRORCHECK: glibc takes a holder of our thread id for us
+		 * (EDEADLK), and thread ids repeat across pid namespaces: an agent
+		 * in one container would fail to lock what a thread of another
+		 * holds. A relock by the holder waits out its deadline instead. */
+		rc = pthread_mutexattr_settype(&a, PTHREAD_MUTEX_NORMAL);
 	if (!rc)
 		rc = pthread_mutex_init(&mx->m, &a);
 	(void)pthread_mutexattr_destroy(&a);
@@ -89,6 +93,26 @@ static int lock_abs(pthread_mutex_t *m, uint64_t deadline_ns)
 #endif
 }
 
+/*
+ * After a lock that gave up (timed out), glibc leaves the thread's robust
+ * list naming the mutex as the operation in progress. Should the thread
+ * exit before its next lock, the kernel then marks the mutex's holder dead
+ * if the holder's thread id equals this thread's: never in one pid
+ * namespace, but thread ids repeat across namespaces (agents in
+ * containers), and a live holder's mutex would be "repaired" under it.
+ * The thread's robust list head is the kernel's to tell (get_robust_list).
+ */
+static void forget_pending_op(void)
+{
+	static __thread struct robust_list_head *head;
+	size_t len;
+
+	if (!head && syscall(SYS_get_robust_list, 0, &head, &len) < 0)
+		head = NULL;
+	if (head)
+		__atomic_store_n(&head->list_op_pending, NULL, __ATOMIC_RELAXED);
+}
+
 /* Try once; only when the mutex is busy wait until deadline_ns, or, when
  * that is 0, timeout_ms from now (the clock is read only then). */
 static int lock_impl(struct pd_mutex *mx, uint64_t deadline_ns, uint32_t timeout_ms,
@@ -101,8 +125,11 @@ static int lock_impl(struct pd_mutex *mx, uint64_t deadline_ns, uint32_t timeout
 	if (atomic_load_explicit(&mx->unrecoverable, memory_order_relaxed))
 		return -ENOTRECOVERABLE;
 	rc = pthread_mutex_trylock(&mx->m);
-	if (rc == EBUSY)
+	if (rc == EBUSY) {
 		rc = lock_abs(&mx->m, deadline_ns ? deadline_ns : pd_deadline_ms(timeout_ms));
+		if (rc != 0 && rc != EOWNERDEAD)
+			forget_pending_op();
+	}
 	if (rc == EOWNERDEAD)
 		return recover(mx, repair, ctx);
 	return pd_pthread_rc(rc);

@@ -53,8 +53,9 @@ int pd_cond_init(struct pd_cond *cv);
 /**
  * Lock, waiting at most until deadline_ns (CLOCK_MONOTONIC).
  * @return 0 locked; 1 locked after repairing a dead holder's state;
- *         -ETIMEDOUT; -ENOTRECOVERABLE (an earlier repair failed, or this
- *         one did: the mutex is then unusable); -EINVAL; -EDEADLK.
+ *         -ETIMEDOUT (also when the caller holds it already);
+ *         -ENOTRECOVERABLE (an earlier repair failed, or this one did: the
+ *         mutex is then unusable); -EINVAL.
  */
 int pd_mutex_lock_until(struct pd_mutex *mx, uint64_t deadline_ns,
 			pd_repair_fn *repair, void *ctx);

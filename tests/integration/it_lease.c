@@ -621,6 +621,32 @@ static void test_waiter_of_another_pid_namespace_keeps_its_place(void **state)
 	it_stop(t, 0);
 }
 
+/* Two agents in pid namespaces of their own with one thread id (2, each
+ * its namespace's first process): while one holds the send pool's mutex,
+ * the other waits for it as for anyone's and times out (a mutex's owner is
+ * a thread id, which is not unique across namespaces: not EDEADLK), and its
+ * exit after that does not make the kernel take the holder for dead (the
+ * holder is fenced for holding it, not "repaired" under). */
+static void test_same_thread_id_in_two_pid_namespaces_waits(void **state)
+{
+	struct it *t;
+	struct hog holder = { .lock = 1, .pidns = 1 };
+	struct hog other = { .pidns = 1, .req = "other", .want = 1, .hold_ms = 1000 };
+	pid_t hpid;
+
+	(void)state;
+	if (!pd_test_pidns_ok())
+		skip();
+	t = it_start(16, 64);
+	holder.t = other.t = t;
+	hpid = start_hog(&holder, hog_lock);
+	hog_pid = 0; /* reaped here */
+	assert_int_equal(wait_hog(start_hog(&other, hog_wants)), 10); /* timed out */
+	assert_int_equal(pd_test_wait(hpid, IT_WAIT_MS), 128 + SIGKILL); /* fenced */
+	put_and_verify(t, "A");
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -646,6 +672,7 @@ int main(void)
 					  kill_hog),
 		cmocka_unit_test_teardown(test_waiter_of_another_pid_namespace_keeps_its_place,
 					  kill_hog),
+		cmocka_unit_test_teardown(test_same_thread_id_in_two_pid_namespaces_waits, kill_hog),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
