@@ -146,8 +146,8 @@ static void loan_expired(struct pd_broker *b, uint32_t i, const struct pd_slot_d
 	/* The process as it records itself: in a container its pid is not the
 	 * one the broker sees (and kills). */
 	if (pd_agents_live(b->agents, d->owner) &&
-	    pd_agents_proc(b->agents, d->owner, &proc) == 0 && proc.pid == d->pid &&
-	    proc.pidns == d->pidns) {
+	    pd_agents_proc(b->agents, d->owner, &proc) == 0 &&
+	    pd_agent_proc_is(&proc, d->pid, d->pidns)) {
 		(void)snprintf(what, sizeof(what), "send slot %u", i);
 		fence(b, d->owner, pd_agents_pid(b->agents, d->owner), what, age_ns);
 		return;
@@ -230,6 +230,17 @@ int pd_broker_send_lock_reset(struct pd_broker *b, int why, int32_t holder)
 	return rc;
 }
 
+/* Does a thread of agent (whose process is holder) hold the send pool's lock? */
+static int holds_lock(struct pd_broker *b, uint32_t agent, const struct pd_agent_proc *holder)
+{
+	const struct pd_mutex *mx = &b->shm.send.shm->lock;
+	int32_t pid = pd_agents_pid(b->agents, agent);
+
+	if (holder->pidns == pd_self_pidns())
+		return pd_mutex_owner_alive(mx, holder->pid);
+	return pid <= 0 || pd_mutex_owner_in(mx, pid);
+}
+
 /* Held for LOCK_STUCK_NS: fence the agent holding it, else make it new. */
 static void lock_stuck(struct pd_broker *b, const struct pd_agent_proc *holder, uint64_t now)
 {
@@ -239,10 +250,9 @@ static void lock_stuck(struct pd_broker *b, const struct pd_agent_proc *holder, 
 	/* Fenced only if a thread of its really holds it: the recorded pid is
 	 * whoever locked last, and the lock word may be garbage. The lock word
 	 * names a thread of the holder's pid namespace: for an agent in another
-	 * (a container) that is not to be checked here, and the record is taken
-	 * as it is (fenced, the next look makes the mutex new if still held). */
-	if (!agent || (holder->pidns == pd_self_pidns() &&
-		       !pd_mutex_owner_alive(&b->shm.send.shm->lock, holder->pid))) {
+	 * (a container) it is looked for among its threads' ids there, and for
+	 * one this broker cannot see (pid 0) the record is taken as it is. */
+	if (!agent || !holds_lock(b, agent, holder)) {
 		(void)pd_broker_send_lock_reset(b, -ETIMEDOUT, holder->pid);
 		return;
 	}

@@ -55,10 +55,11 @@ static void waiter_del(struct pd_pool_shm *s, struct pd_pool_waiter *w)
 	s->nwaiters--;
 }
 
-/* A record of pid in namespace ns is of the process pid/ns names (any, pid 0). */
+/* Is a record (rpid, rns) of the process pid of namespace ns? pid 0: of
+ * any; ns PD_PIDNS_UNKNOWN: of pid in any namespace. */
 static bool same_proc(int32_t rpid, uint32_t rns, int32_t pid, uint32_t ns)
 {
-	return !pid || (rpid == pid && rns == ns);
+	return !pid || (rpid == pid && (ns == PD_PIDNS_UNKNOWN || rns == ns));
 }
 
 /* Free every slot (and drop every wait) of an owner id, or of a process. */
@@ -160,8 +161,12 @@ static int lock_short(struct pd_pool *p, uint32_t owner)
 
 	if (p->resetter)
 		p->stuck = rc == -ETIMEDOUT;
-	if (rc == -ETIMEDOUT && p->resetter && !pd_mutex_owner_alive(&p->shm->lock, 0))
-		rc = -ENOTRECOVERABLE; /* "held" by no thread at all: its bytes are wrong */
+	/* "Held" by no thread at all: its bytes are wrong. The lock word names a
+	 * thread of the holder's pid namespace: of another, that cannot be told
+	 * here (the broker's lease look fences or resets it after a while). */
+	if (rc == -ETIMEDOUT && p->resetter && p->shm->lock_pidns == pd_self_pidns() &&
+	    !pd_mutex_owner_alive(&p->shm->lock, 0))
+		rc = -ENOTRECOVERABLE;
 	for (int tries = 0; unusable(rc) && p->resetter && tries < 3; tries++)
 		rc = reset_locked(p); /* again if it is being written over meanwhile */
 	if (unusable(rc) && !p->resetter)

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <limits.h>
@@ -174,6 +175,55 @@ int pd_mutex_owner_alive(const struct pd_mutex *mx, int32_t pid)
 	return access(path, F_OK) == 0;
 }
 
+/* The last number of status's "NSpid:" line (the id in its own
+ * namespace), 0 when none. */
+static unsigned long nspid_of(const char *status)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	unsigned long id = 0;
+	FILE *f = fopen(status, "re");
+
+	while (f && getline(&line, &cap, f) >= 0) {
+		const char *p = strncmp(line, "NSpid:", 6) == 0 ? line + 6 : NULL;
+		char *end;
+
+		for (unsigned long v; p && (v = strtoul(p, &end, 10), end != p); p = end)
+			id = v;
+		if (p)
+			break;
+	}
+	free(line);
+	if (f)
+		(void)fclose(f);
+	return id;
+}
+
+int pd_mutex_owner_in(const struct pd_mutex *mx, int32_t pid)
+{
+	uint32_t tid = (uint32_t)__atomic_load_n(&mx->m.__data.__owner, __ATOMIC_RELAXED) &
+		       FUTEX_TID_MASK;
+	char path[96];
+	struct dirent *e;
+	DIR *d;
+	int found = 0;
+
+	if (tid == 0 || pid <= 0)
+		return 0;
+	(void)snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	while (d && !found && (e = readdir(d))) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		(void)snprintf(path, sizeof(path), "/proc/%d/task/%.16s/status", (int)pid,
+			       e->d_name);
+		found = nspid_of(path) == tid;
+	}
+	if (d)
+		(void)closedir(d);
+	return found;
+}
+
 void pd_mutex_wake_all(struct pd_mutex *mx)
 {
 	/* glibc sleeps on its lock word; shared: the sleepers are other processes. */
@@ -271,10 +321,10 @@ uint32_t pd_self_pidns(void)
 
 int pd_proc_alive(int32_t pid, uint32_t pidns)
 {
-	uint32_t mine = pd_self_pidns();
-
-	if (pidns != mine && pidns != PD_PIDNS_UNKNOWN && mine != PD_PIDNS_UNKNOWN)
-		return 1; /* its pid means another process here: cannot tell */
+	/* Another namespace's pid (or one that may be: either side unknown)
+	 * means another process here, or none: cannot tell. */
+	if (pidns != pd_self_pidns())
+		return 1;
 	return pd_pid_alive(pid);
 }
 

@@ -69,6 +69,10 @@ void pd_mutex_unlock(struct pd_mutex *mx);
  * that is gone or never was: the word was written over). From the kernel's
  * /proc, not from the mutex's memory alone. */
 int pd_mutex_owner_alive(const struct pd_mutex *mx, int32_t pid);
+/* The same for a holder in another pid namespace (a container): is the lock
+ * word's thread id that of a thread of process pid (as seen here) in its
+ * own namespace (the last "NSpid:" of /proc/<pid>/task/<t>/status)? */
+int pd_mutex_owner_in(const struct pd_mutex *mx, int32_t pid);
 /* Wake every thread asleep on mx's lock word: after mx was made new in
  * place (pd_mutex_init() over a word that named a holder), the sleepers'
  * waiters bit is gone with the old word, so no unlock would wake them. */
@@ -105,7 +109,8 @@ int pd_pid_alive(int32_t pid);
 #define PD_PIDNS_UNKNOWN 0u
 uint32_t pd_self_pidns(void);
 /* pd_pid_alive() for a pid of namespace pidns: 1 (cannot tell, so taken as
- * live) when that is not this process's namespace. */
+ * live) when that is not this process's namespace, or either is unknown
+ * (then they may differ). */
 int pd_proc_alive(int32_t pid, uint32_t pidns);
 /* Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22);
  * with the pid it identifies a process across pid reuse. */

@@ -13,6 +13,7 @@
 #include "pd_agents_int.h"
 #include "pd_err.h"
 #include "pd_log.h"
+#include "pd_sync.h"
 #include "pd_time.h"
 
 #define OPS_PER_TURN     64u  /* per agent, so that one agent cannot starve others */
@@ -159,8 +160,8 @@ int pd_agents_proc(const struct pd_agents *ag, uint32_t id, struct pd_agent_proc
 uint32_t pd_agents_by_proc(const struct pd_agents *ag, const struct pd_agent_proc *proc)
 {
 	for (uint32_t i = 0; ag && proc->pid > 0 && i < ag->max; i++)
-		if (ag->ent[i].state == E_ATTACHED && ag->ent[i].proc.pid == proc->pid &&
-		    ag->ent[i].proc.pidns == proc->pidns)
+		if (ag->ent[i].state == E_ATTACHED && pd_agent_proc_is(&ag->ent[i].proc, proc->pid,
+								       proc->pidns))
 			return i + 1;
 	return 0;
 }
@@ -278,7 +279,13 @@ int pd_agents_admit(struct ent *e, int fd, const struct pd_attach_hello *h,
 	}
 	e->state = E_ATTACHED;
 	ag->nattached++;
-	PD_LOG(INFO, ctl, "agent %u attached (pid %d, rank %u)", e->id, cred->pid, h->tp_rank);
+	if (h->pidns == pd_self_pidns() || h->pidns == PD_PIDNS_UNKNOWN)
+		PD_LOG(INFO, ctl, "agent %u attached (pid %d, rank %u)", e->id, cred->pid,
+		       h->tp_rank);
+	else /* a container's: its pid there is what its records in the send pool say */
+		PD_LOG(INFO, ctl, "agent %u attached (pid %d here%s, %d in its own pid namespace, "
+		       "rank %u)", e->id, cred->pid, cred->pid ? "" : ": not visible", h->pid,
+		       h->tp_rank);
 	ag->o.ops->on_attach(ag->o.ctx, e->id, &ag->o.shm->agents->slot[e->id - 1]);
 	return 0;
 }

@@ -126,6 +126,14 @@ struct pd_agent_proc {
 	uint32_t pidns;
 };
 
+/* Does a pool record of pid in namespace pidns name process p? An agent
+ * whose hello had no namespace (a build of shm ABI 4.1, or no /proc) is
+ * matched by pid only. */
+static inline int pd_agent_proc_is(const struct pd_agent_proc *p, int32_t pid, uint32_t pidns)
+{
+	return p->pid == pid && (p->pidns == 0 || p->pidns == pidns);
+}
+
 /* 1 while agent id is attached or fenced and not yet gone, else 0. */
 int pd_agents_live(const struct pd_agents *ag, uint32_t id);
 /* The process of slot id's agent, or of its last one once gone (until the

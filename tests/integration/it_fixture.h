@@ -112,18 +112,19 @@ static inline struct it *it_start_opts(const struct it_opts *o)
 	const char *dx = o->d_transport ? o->d_transport : o->transport;
 
 	assert_non_null(t);
-	t->d.pidns = o->d_pidns;
-	t->p.pidns = t->p2.pidns = o->p_pidns;
-	assert_int_equal(pd_test_broker_start(&t->d, "itD",
-					      it_args(&t->dargs, 0, o->recv_slots, o, dx, 0)),
+	assert_int_equal(pd_test_broker_start_ns(&t->d, "itD",
+						 it_args(&t->dargs, 0, o->recv_slots, o, dx, 0),
+						 o->d_pidns),
 			 0);
-	assert_int_equal(pd_test_broker_start(&t->p, "itP", it_args(&t->pargs, o->send_slots, 0, o,
-									o->transport, 1)),
+	assert_int_equal(pd_test_broker_start_ns(&t->p, "itP",
+						 it_args(&t->pargs, o->send_slots, 0, o,
+							 o->transport, 1),
+						 o->p_pidns),
 			 0);
 	t->pa = it_attach(&t->p, PD_AGENT_SEND);
 	t->da = it_attach(&t->d, PD_AGENT_RECV);
 	if (o->nprefill > 1) {
-		assert_int_equal(pd_test_broker_start(&t->p2, "itP", t->pargs.v), 0);
+		assert_int_equal(pd_test_broker_start_ns(&t->p2, "itP", t->pargs.v, o->p_pidns), 0);
 		t->pa2 = it_attach(&t->p2, PD_AGENT_SEND);
 	}
 	return t;

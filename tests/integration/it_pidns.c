@@ -51,6 +51,7 @@ static void test_unseen_agent_past_its_lease_is_fenced_and_keeps_its_loans(void 
 	assert_int_equal(pd_alloc(a, "hog", 4, r, IT_WAIT_MS), 0);
 	assert_int_equal(it_wait_stat(&t->p, "agents.fenced", 1), 1);
 	assert_true(pd_test_broker_log_has(&t->p, "cannot kill it"));
+	assert_true(pd_test_broker_log_has(&t->p, "(pid 0 here: not visible, "));
 	assert_int_equal(pd_alloc(a, "hog", 1, r, 100), -ENOTCONN);
 	assert_int_equal(it_free_slots(&t->p, 0), 12);
 	assert_int_equal(it_stat(&t->p, "pool.send.loans_orphaned"), 0);

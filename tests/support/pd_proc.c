@@ -161,8 +161,15 @@ int pd_test_broker_restart(struct pd_test_broker *b, const char *const *args)
 
 int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *const *args)
 {
+	return pd_test_broker_start_ns(b, tag, args, 0);
+}
+
+int pd_test_broker_start_ns(struct pd_test_broker *b, const char *tag, const char *const *args,
+			    int pidns)
+{
 	int port = pd_test_free_port();
 
+	b->pidns = pidns != 0;
 	if (port < 0)
 		return port;
 	pd_test_name(b->name, sizeof(b->name), tag);

@@ -12,9 +12,9 @@ struct pd_test_broker {
 	char rundir[96];
 	char ctrl[64];              /* tcp://127.0.0.1:PORT */
 	char log[192];              /* its stderr */
-	uint8_t pidns;              /* set before start: run it as the init of a pid
-				     * namespace of its own (a container's broker;
-				     * not root: in a user namespace too) */
+	uint8_t pidns;              /* 1: the init of a pid namespace of its own (a
+				     * container's broker; not root: in a user
+				     * namespace too); pd_test_broker_start_ns() */
 };
 
 /* fork(), the child the init (pid 1) of a pid namespace of its own, in a
@@ -31,6 +31,9 @@ int pd_test_free_port(void);
  * fresh control port; wait (bounded) until its attach socket exists. 0 or
  * -errno. */
 int pd_test_broker_start(struct pd_test_broker *b, const char *tag, const char *const *args);
+/* The same, in a pid namespace of its own when pidns (restarts too). */
+int pd_test_broker_start_ns(struct pd_test_broker *b, const char *tag, const char *const *args,
+			    int pidns);
 
 /* Start b again under the same name, rundir and control endpoint (after a
  * kill: the stale segment and socket are taken over). 0 or -errno. */

@@ -23,7 +23,8 @@ pid_t pd_test_fork(int (*fn)(void *arg), void *arg);
 /* As pd_test_fork(), with fn run in a pid namespace of its own, as in a
  * container: the child forked unshares one (and, not root, a user namespace
  * mapping its own ids to themselves), its child is the namespace's init,
- * which burns `burn` pids and forks fn's process (pid 2 + burn there). A
+ * which skips `burn` pids (ns_last_pid; else, up to 64, by forking) and
+ * forks fn's process (pid 2 + burn there). A
  * signal that kills fn's process ends the returned pid with 128 + it, as
  * pd_test_wait() reports a signal; each process dies with its parent. */
 pid_t pd_test_fork_pidns(int (*fn)(void *arg), void *arg, unsigned burn);
