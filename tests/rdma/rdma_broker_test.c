@@ -7,7 +7,8 @@
  * at the decode agent, the seed's deadlock scenario included; a cancel
  * between batches; the decode broker killed mid-transfer, then restarted;
  * the statistics regions prove the bytes went over RDMA (no TCP frame);
- * and a decode broker without rdma is refused under --require rdma.
+ * a decode broker without rdma is refused under --require rdma; and, as
+ * root, the same 1P1D with both brokers' arenas in hugetlb pages.
  *
  *   PD_TEST_BIN_DIR=DIR rdma_broker_test DECODE_IP PREFILL_IP
  *
@@ -28,6 +29,7 @@
 #include <pdkv/agent.h>
 
 #include "pd_compiler.h"
+#include "pd_hugetlb.h"
 #include "pd_layout.h"
 #include "pd_proc.h"
 #include "pd_test.h"
@@ -66,21 +68,27 @@ struct pair {
 	const char *pargs[24], *dargs[24];
 };
 
-/* rdma: --transport rdma,tcp --require rdma; else --transport tcp (the
- * NULL in place of --require ends the list there). */
+/* rdma: --transport rdma,tcp --require rdma; else --transport tcp.
+ * huge: --hugepages on (the arenas in hugetlb pages, or no start). */
 static void args_of(const char **v, const char *send, const char *recv, const char *data,
-		    int rdma)
+		    int rdma, int huge)
 {
 	const char *const a[] = { "--send-slots", send, "--recv-slots", recv, "--slot-size", "64K",
 				  "--heartbeat", "500ms", "--data", data, "--log-level", "info",
-				  "--transport", rdma ? "rdma,tcp" : "tcp", rdma ? "--require" : NULL,
-				  "rdma", NULL };
+				  "--transport", rdma ? "rdma,tcp" : "tcp", "--hugepages",
+				  huge ? "on" : "auto" };
+	size_t n = sizeof(a) / sizeof(a[0]);
 
 	memcpy(v, a, sizeof(a));
+	if (rdma) {
+		v[n++] = "--require";
+		v[n++] = "rdma";
+	}
+	v[n] = NULL;
 }
 
 /* d_rdma: whether the decode broker has rdma too (the prefill one always). */
-static int pair_start(struct pair *t, uint32_t send, uint32_t recv, int d_rdma)
+static int pair_start_huge(struct pair *t, uint32_t send, uint32_t recv, int d_rdma, int huge)
 {
 	int rc;
 
@@ -89,8 +97,8 @@ static int pair_start(struct pair *t, uint32_t send, uint32_t recv, int d_rdma)
 	(void)snprintf(t->recv, sizeof(t->recv), "%u", recv);
 	(void)snprintf(t->ddata, sizeof(t->ddata), "%s:0", d_ip);
 	(void)snprintf(t->pdata, sizeof(t->pdata), "%s:0", p_ip);
-	args_of(t->dargs, "0", t->recv, t->ddata, d_rdma);
-	args_of(t->pargs, t->send, "0", t->pdata, 1);
+	args_of(t->dargs, "0", t->recv, t->ddata, d_rdma, huge);
+	args_of(t->pargs, t->send, "0", t->pdata, 1, huge);
 	rc = pd_test_broker_start(&t->d, "rdmaD", t->dargs);
 	if (rc == 0)
 		rc = pd_test_broker_start(&t->p, "rdmaP", t->pargs);
@@ -99,6 +107,11 @@ static int pair_start(struct pair *t, uint32_t send, uint32_t recv, int d_rdma)
 	if (rc == 0)
 		rc = pd_test_agent_attach(&t->p, PD_AGENT_SEND, &t->pa);
 	return rc;
+}
+
+static int pair_start(struct pair *t, uint32_t send, uint32_t recv, int d_rdma)
+{
+	return pair_start_huge(t, send, recv, d_rdma, 0);
 }
 
 /* SIGTERM both; they exit 0 (a sanitizer's report would make it 1), then
@@ -317,21 +330,22 @@ static int verify(struct pair *t, const char *req, uint32_t total, char *why, si
 /* ---- checks ------------------------------------------------------------------------------------- */
 
 /* 1P1D: 48 chunks of one request in batches of 8 through 32 staging slots. */
-static void check_1p1d(struct pair *t)
+static void check_1p1d(struct pair *t, const char *tag)
 {
-	char why[160] = "";
+	char why[160] = "", n[64];
 	int rc = 0, ev;
 
 	for (uint32_t i = 0; i < 48 && rc == 0; i += 8)
 		rc = put(t, "big", i, 8, 48);
 	ev = rc ? rc : event_of(t, "big", PD_EV_PUT_DONE);
-	if (check(ev == 0, "1p1d-put-done", "put %d, event %d", rc, ev)) {
+	if (check(ev == 0, tagged(n, tag, "put-done"), "put %d, event %d", rc, ev)) {
 		rc = verify(t, "big", 48, why, sizeof(why));
-		check(rc == 0, "1p1d-every-byte-at-decode", "%s", why);
+		check(rc == 0, tagged(n, tag, "every-byte-at-decode"), "%s", why);
 	}
 	(void)pd_recv_release(t->da, "big");
-	check(free_wait(&t->d, 1, 64) == 64 && free_wait(&t->p, 0, 32) == 32, "1p1d-slots-freed",
-	      "recv %u free of 64, send %u of 32", free_slots(&t->d, 1), free_slots(&t->p, 0));
+	check(free_wait(&t->d, 1, 64) == 64 && free_wait(&t->p, 0, 32) == 32,
+	      tagged(n, tag, "slots-freed"), "recv %u free of 64, send %u of 32",
+	      free_slots(&t->d, 1), free_slots(&t->p, 0));
 }
 
 /* The counters and the peers' transport say RDMA, and no TCP frame moved. */
@@ -527,6 +541,53 @@ static void check_require_refuses(struct pair *t)
 	      free_slots(&t->p, 0), free_slots(&t->d, 1));
 }
 
+/* ---- the arenas in hugetlb pages ---------------------------------------------------------- */
+
+#define NR_HUGE    "/proc/sys/vm/nr_hugepages"
+#define HUGE_EXTRA 16 /* pages: both brokers' arenas need 3 */
+
+static long nr_huge(long set)
+{
+	FILE *f = fopen(NR_HUGE, set < 0 ? "re" : "we");
+	long n = -1;
+
+	if (!f)
+		return -1;
+	if (set < 0 && fscanf(f, "%ld", &n) != 1)
+		n = -1;
+	if (set >= 0)
+		n = fprintf(f, "%ld\n", set) > 0 ? set : -1;
+	return fclose(f) == 0 ? n : -1;
+}
+
+/* Both brokers --hugepages on, the kernel's pool raised for them (root)
+ * and put back after: the memory regions registered over hugetlb arenas
+ * carry a request byte for byte, over RDMA only. */
+static void check_hugetlb(void)
+{
+	long nr = nr_huge(-1);
+	struct pair t;
+	int rc;
+
+	if (nr < 0 || nr_huge(nr + HUGE_EXTRA) < 0 || pd_hugetlb_free_pages() < HUGE_EXTRA) {
+		printf("SKIP hugetlb: no %d free hugetlb pages of 2 MiB could be had (root "
+		       "raises vm.nr_hugepages)\n", HUGE_EXTRA);
+		if (nr >= 0)
+			(void)nr_huge(nr);
+		return;
+	}
+	rc = pair_start_huge(&t, 32, 64, 1, 1);
+	if (check(rc == 0, "hugetlb-brokers-start", "start %d", rc)) {
+		check(pd_test_broker_log_has(&t.p, "staging arenas in 2 MiB hugetlb pages") &&
+		      pd_test_broker_log_has(&t.d, "staging arenas in 2 MiB hugetlb pages"),
+		      "hugetlb-arenas", "a broker's log does not say its arenas are in hugetlb pages");
+		check_1p1d(&t, "hugetlb");
+		check_stats(&t, "hugetlb", 48, bytes_of(48));
+	}
+	pair_stop(&t, "hugetlb");
+	(void)nr_huge(nr);
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t t0 = pd_now_ns();
@@ -541,7 +602,7 @@ int main(int argc, char **argv)
 	p_ip = argv[2];
 	rc = pair_start(&t, 32, 64, 1);
 	if (check(rc == 0, "brokers-start-rdma-required", "start %d", rc)) {
-		check_1p1d(&t);
+		check_1p1d(&t, "1p1d");
 		check_stats(&t, "1p1d", 48, bytes_of(48));
 		check_cancel(&t);
 		check_decode_killed(&t);
@@ -557,6 +618,7 @@ int main(int argc, char **argv)
 	if (check(rc == 0, "brokers-start-decode-tcp-only", "start %d", rc))
 		check_require_refuses(&t);
 	pair_stop(&t, "require");
+	check_hugetlb();
 	printf("rdma_broker_test: %.1f s\n", (double)(pd_now_ns() - t0) / 1e9);
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;
