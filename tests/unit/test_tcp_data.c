@@ -485,6 +485,71 @@ static void test_direct_bad_ack(void **state)
 	(void)close(lfd);
 }
 
+/* The sender's end of a connection to port, found among this process's
+ * fds by its peer's port (the transport runs in this process): -1 if none. */
+static int socket_to(uint16_t port)
+{
+	for (int fd = 3; fd < 4096; fd++) {
+		struct sockaddr_in a;
+		socklen_t len = sizeof(a);
+
+		if (getpeername(fd, (struct sockaddr *)&a, &len) == 0 &&
+		    a.sin_family == AF_INET && ntohs(a.sin_port) == port)
+			return fd;
+	}
+	return -1;
+}
+
+/* A direct write the lane's socket takes only part of (its send buffer
+ * made small, the receiver's window too, and nothing read yet): the lane
+ * thread sends the rest after it, the frame arrives whole and in order,
+ * nothing completes before its ACK, and the ACK completes it once. */
+static void test_direct_partial(void **state)
+{
+	enum { LEN = 64 * KIB };
+	struct fx *f = *state;
+	struct fx_cfg c = fx_cfg_default();
+	static uint8_t src[LEN], got[LEN];
+	struct pd_xfer x = fx_xfer(7, src, LEN, 2, 1, 4);
+	struct pd_cpl cpl[2];
+	struct pd_tcp_hdr h;
+	int lfd, fd, lane, small = 4096;
+	uint16_t port;
+
+	c.lanes = 1;
+	fx_open(f, &c);
+	fx_pattern(src, LEN, 11);
+	port = raw_listener(&lfd);
+	assert_int_equal(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	assert_int_equal(pd_tcp_connect(f->tx, FX_PEER, FX_HOST, port, FX_TOKEN), 0);
+	raw_accept_lanes(lfd, &fd, 1);
+	lane = socket_to(port);
+	assert_true(lane >= 0);
+	assert_int_equal(setsockopt(lane, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	fx_sleep_ms(50); /* the lane thread idle after its HELLO */
+	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x, 1), 1);
+	assert_int_equal(fx_stats(f->tx).direct_partial, 1);
+	assert_int_equal(fx_wait(f->tx, cpl, 1, 100), 0);
+	assert_int_equal(fx_raw_recv_hdr(fd, &h), 0);
+	assert_int_equal(h.type, PD_TCP_T_DATA);
+	assert_int_equal(h.len, LEN);
+	assert_int_equal(recv(fd, got, LEN, MSG_WAITALL), LEN);
+	assert_memory_equal(got, src, LEN);
+	assert_int_equal(fx_wait(f->tx, cpl, 1, 100), 0); /* sent, not acknowledged */
+	fx_raw_hdr(fd, PD_TCP_T_ACK, h.slot, h.gen, 0, h.cookie, h.tag);
+	assert_int_equal(fx_wait(f->tx, cpl, 1, FX_WAIT_MS), 1);
+	assert_all_ok(cpl, 1, FX_PEER);
+	assert_int_equal(cpl[0].cookie, 7);
+	assert_int_equal(fx_wait(f->tx, cpl, 1, 100), 0); /* once */
+	assert_int_equal(fx_stats(f->tx).writes_ok, 1);
+	assert_int_equal(fx_stats(f->tx).frames_tx, 1);
+	assert_int_equal(fx_stats(f->tx).direct_tx, 0);
+	assert_int_equal(fx_stats(f->tx).proto_errors + fx_stats(f->tx).conn_errors, 0);
+	assert_int_equal(pd_tcp_disconnect(f->tx, FX_PEER), 0);
+	(void)close(fd);
+	(void)close(lfd);
+}
+
 static void test_idle_cpu(void **state)
 {
 	struct fx *f = *state;
@@ -522,6 +587,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_direct_refused, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_direct_disconnect_armed, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_direct_bad_ack, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_direct_partial, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_idle_cpu, fx_setup, fx_teardown),
 	};
 

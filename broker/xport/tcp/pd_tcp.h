@@ -303,6 +303,8 @@ struct pd_tcp_opts {
 #define PD_TCP_STAT_FIELDS(X)                                                          \
 	X(frames_tx)        /* DATA frames fully sent */                              \
 	X(direct_tx)        /* of them, sent by the owner itself (an idle lane) */    \
+	X(direct_partial)   /* owner's sends the socket took only part of (or none): \
+			     * the lane thread sent the rest */                       \
 	X(bytes_tx)         /* their payload bytes */                                 \
 	X(acks_rx)          /* ACKs matched to a frame */                             \
 	X(writes_ok)        /* writes completed with status 0 */                      \
