@@ -9,9 +9,13 @@
  * trip's).
  *
  *   bench_e2e [--quick] [--latency] [--transport LIST] [--data-threads N]
+ *             [--slots SEND,RECV]
  *     --latency: the latencies only; --transport: tcp (default), shm,tcp
  *     (same-host copies); --data-threads: both brokers' (their default
- *     when not given). PD_TEST_BIN_DIR names another pdbroker to run.
+ *     when not given); --slots: the brokers' 1 MiB slots (default 64,256:
+ *     arenas far larger than the last-level cache, where the baselines
+ *     send from and receive into one buffer; 8,16 fits them in a 32 MiB
+ *     one). PD_TEST_BIN_DIR names another pdbroker to run.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -30,7 +34,7 @@
 
 #define MIB        (1u << 20)
 #define CHUNKS     8u      /* per request */
-#define SEND_SLOTS "64"
+#define SEND_SLOTS "64"  /* --slots */
 #define RECV_SLOTS "256"
 
 struct run {
@@ -38,14 +42,15 @@ struct run {
 	uint32_t requests;
 	const char *xport;           /* --transport given to both brokers */
 	const char *threads;         /* --data-threads given to both, or NULL */
+	char send_slots[16], recv_slots[16];
 	_Atomic uint32_t done;       /* released by the decode side */
 	int failed;
 };
 
 static int start(struct run *r)
 {
-	const struct pd_bench_pair_opts o = { .tag = "bench", .send_slots = SEND_SLOTS,
-					      .recv_slots = RECV_SLOTS, .slot_size = "1M",
+	const struct pd_bench_pair_opts o = { .tag = "bench", .send_slots = r->send_slots,
+					      .recv_slots = r->recv_slots, .slot_size = "1M",
 					      .transport = r->xport, .data_threads = r->threads };
 
 	return pd_bench_pair_start(&r->x, &o);
@@ -208,7 +213,8 @@ static double ucx_tag_bw(int iters)
 
 int main(int argc, char **argv)
 {
-	struct run r = { .xport = "tcp" };
+	struct run r = { .xport = "tcp", .send_slots = SEND_SLOTS, .recv_slots = RECV_SLOTS };
+	unsigned ns, nr;
 	struct lat l = { -1, -1, -1, -1 };
 	double gbs, rtt, rtt99 = -1, ip, ucx;
 	int lat, quick = 0, lat_only = 0;
@@ -222,9 +228,15 @@ int main(int argc, char **argv)
 			r.xport = argv[++i];
 		} else if (!strcmp(argv[i], "--data-threads") && i + 1 < argc) {
 			r.threads = argv[++i];
+		} else if (!strcmp(argv[i], "--slots") && i + 1 < argc &&
+			   sscanf(argv[++i], "%u,%u", &ns, &nr) == 2 && ns >= CHUNKS &&
+			   nr >= CHUNKS && ns <= 4096 && nr <= 4096) {
+			(void)snprintf(r.send_slots, sizeof(r.send_slots), "%u", ns);
+			(void)snprintf(r.recv_slots, sizeof(r.recv_slots), "%u", nr);
 		} else {
 			printf("usage: bench_e2e [--quick] [--latency] [--transport LIST (tcp; "
-			       "shm,tcp)] [--data-threads N]\n");
+			       "shm,tcp)] [--data-threads N] [--slots SEND,RECV (64,256; each "
+			       "%u..4096)]\n", CHUNKS);
 			return 2;
 		}
 	}
@@ -241,8 +253,9 @@ int main(int argc, char **argv)
 	rtt = pd_zmq_rtt_p99("127.0.0.1", quick ? 200 : 2000, &rtt99);
 	pd_bench_pair_stop(&r.x);
 	printf("bench_e2e: 1P1D on one host, --transport %s, --data-threads %s, "
-	       "%u requests x %u x 1 MiB\n", r.xport, r.threads ? r.threads : "(default)",
-	       r.requests, CHUNKS);
+	       "%u requests x %u x 1 MiB, %s send and %s recv slots\n", r.xport,
+	       r.threads ? r.threads : "(default)", r.requests, CHUNKS, r.send_slots,
+	       r.recv_slots);
 	printf("%-42s %10s %10s %8s\n", "measure", "pdkv", "baseline", "ratio");
 	if (lat_only)
 		goto latencies;
