@@ -310,7 +310,8 @@ static struct pd_tx_batch *batch_new(struct pd_tx *tx, struct pd_tx_req *r,
 }
 
 /* Unlink and free b; its staging must have been returned. */
-void pd_tx_batch_del(struct pd_tx *tx, struct pd_tx_batch *b)
+/* b out of every list of tx and its request, not yet freed. */
+static void batch_unlink(struct pd_tx *tx, struct pd_tx_batch *b)
 {
 	PD_ASSERT(b->state != PD_TXB_WRITING);
 	if (b->state == PD_TXB_WAIT)
@@ -321,6 +322,11 @@ void pd_tx_batch_del(struct pd_tx *tx, struct pd_tx_batch *b)
 		tx->st.admitting--;
 	else
 		tx->st.live_batches--;
+}
+
+void pd_tx_batch_del(struct pd_tx *tx, struct pd_tx_batch *b)
+{
+	batch_unlink(tx, b);
 	free(b);
 }
 
@@ -465,7 +471,13 @@ static int map_remote(struct pd_tx_batch *b, const struct pd_tx_resp *m)
 	return bad ? -ENOBUFS : 0;
 }
 
-/* All chunks of b are at the receiver: staging back, PutDone, count. */
+/* All chunks of b are at the receiver: staging back, PutDone, count. A
+ * batch that ends its request ends it first (the agent's PUT_DONE, the
+ * ProxyNotif), then sends its PutDone: the agent's wake-up does not queue
+ * behind the control plane's send and the wake-up of its I/O thread. What
+ * the PutDone may settle for sibling ranks (their aborts) comes after it,
+ * as before. The receiver commits nothing before the PutDone comes, and
+ * the PutDone leaves in this same turn. */
 static void batch_complete(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now_ns)
 {
 	struct pd_tx_req *r = b->req;
@@ -476,16 +488,17 @@ static void batch_complete(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now
 		if (b->remote[i] >= 0)
 			tx->idx[k++] = b->remote[i];
 	free_staging(tx, b->chunks, b->n);
-	if (k) {
-		pd_tx_batch_view(b, &v);
-		tx->ops.put_done(tx->ctx, &v, tx->idx, k);
-	}
 	r->completed += b->n;
 	r->bytes += b->bytes;
 	tx->st.chunks += b->n;
 	tx->st.bytes += b->bytes;
-	pd_tx_batch_del(tx, b);
+	pd_tx_batch_view(b, &v);
+	batch_unlink(tx, b);
+	(void)pd_tx_req_end_done(tx, r, now_ns); /* r stays, a tombstone */
+	if (k)
+		tx->ops.put_done(tx->ctx, &v, tx->idx, k);
 	pd_tx_req_settle(tx, r, now_ns);
+	free(b);
 }
 
 void pd_tx_batch_post(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now_ns)

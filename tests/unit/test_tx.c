@@ -487,6 +487,43 @@ static void test_two_ranks_each_get_proxy_notif(void **state)
 }
 
 /* A batch of a completed request: -EPROTO, staging freed, no new event. */
+/* The batch that ends a request ends it (the agent's PUT_DONE, the
+ * ProxyNotif) before its PutDone goes out, and that PutDone still names
+ * the batch (its view outlives the batch); an earlier batch's PutDone
+ * goes out as it completes, the agent told nothing yet. */
+static void test_last_batch_tells_agent_before_put_done(void **state)
+{
+	static const struct fx_req q = { "req-o", 0, 1, 4, 7, 3 };
+	struct fx *f = *state;
+	uint32_t at, agent, put;
+	uint64_t s1, s2;
+
+	assert_int_equal(fx_put(f, &q, 2, 0), 0);
+	s1 = fx_last_seq(f);
+	assert_int_equal(fx_grant(f, s1), 0);
+	assert_int_equal(fx_done(f, s1, 0), 0);
+	assert_int_equal(fx_count(f, EV_PUT), 1);
+	assert_int_equal(fx_count(f, EV_AGENT), 0);
+	assert_int_equal(fx_put(f, &q, 2, 1), 0);
+	s2 = fx_last_seq(f);
+	assert_int_equal(fx_grant(f, s2), 0);
+	at = f->nev;
+	assert_int_equal(fx_done(f, s2, 0), 0);
+	agent = fx_index(f, EV_AGENT, at);
+	put = fx_index(f, EV_PUT, at);
+	assert_true(agent < put && put < f->nev);
+	assert_true(fx_index(f, EV_PROXY, at) < put);
+	assert_int_equal(f->ev[agent].status, 0);
+	assert_int_equal(f->ev[agent].chunks, 4);
+	assert_int_equal(f->ev[put].seq, s2);
+	assert_int_equal(f->ev[put].n, 2);
+	assert_string_equal(f->ev[put].req, "req-o");
+	assert_int_equal(fx_count(f, EV_PUT), 2);
+	fx_all_freed(f);
+	fx_idle(f);
+	fx_ok(f);
+}
+
 static void test_batch_after_completion_refused(void **state)
 {
 	struct fx *f = *state;
@@ -524,6 +561,7 @@ int main(void)
 		T(test_many_batches_one_peer_reverse_order),
 		T(test_two_ranks_each_get_proxy_notif),
 		T(test_batch_after_completion_refused),
+		T(test_last_batch_tells_agent_before_put_done),
 	};
 
 	return cmocka_run_group_tests_name("tx", tests, NULL, NULL);
