@@ -172,10 +172,7 @@ static void test_shm_falls_back_to_tcp_across_pid_namespaces(void **state)
 	t = it_start_opts(&(struct it_opts){ .send_slots = 16, .recv_slots = 20,
 					      .transport = "shm,tcp", .d_pidns = 1 });
 	assert_true(pd_test_broker_log_has(&t->d, "staging arenas in 2 MiB hugetlb pages"));
-	assert_int_equal(it_put(t, "ns", 0, 4, 4), 0);
-	it_expect_event(t, "ns", PD_EV_PUT_DONE);
-	it_verify(t, "ns", 4);
-	assert_int_equal(pd_recv_release(t->da, "ns"), 0);
+	it_move(t, "ns", 1, 4);
 	it_peer_xport(&t->p, x, why, sizeof(x));
 	assert_string_equal(x, "tcp");
 	if (!strstr(why, "not visible in this pid namespace"))

@@ -437,6 +437,25 @@ static void raw_accept_lanes(int lfd, int *fds, uint32_t n)
 	}
 }
 
+/* The sender f->tx with lanes lanes, connected to a listener of our own
+ * (receive buffer rcvbuf when not 0) whose accepted sockets go to fds;
+ * the listener's port. */
+static uint16_t raw_connect(struct fx *f, uint32_t lanes, int rcvbuf, int *lfd, int *fds)
+{
+	struct fx_cfg c = fx_cfg_default();
+	uint16_t port;
+
+	c.lanes = lanes;
+	fx_open(f, &c);
+	port = raw_listener(lfd);
+	if (rcvbuf)
+		assert_int_equal(setsockopt(*lfd, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
+					    sizeof(rcvbuf)), 0);
+	assert_int_equal(pd_tcp_connect(f->tx, FX_PEER, FX_HOST, port, FX_TOKEN), 0);
+	raw_accept_lanes(*lfd, fds, lanes);
+	return port;
+}
+
 /* A direct write answered with an ACK that is not its own (another
  * cookie): a protocol error, counted; the write and the peer fail, once,
  * and nothing lands as done. */
@@ -444,7 +463,6 @@ static void test_direct_bad_ack(void **state)
 {
 	enum { LEN = 4 * KIB };
 	struct fx *f = *state;
-	struct fx_cfg c = fx_cfg_default();
 	static uint8_t src[LEN], got[LEN];
 	struct pd_xfer x = fx_xfer(5, src, LEN, 3, 1, 9);
 	struct pd_cpl cpl[3];
@@ -452,10 +470,7 @@ static void test_direct_bad_ack(void **state)
 	struct pd_tcp_hdr h;
 	int lfd, fds[2], n, in = -1;
 
-	c.lanes = 2;
-	fx_open(f, &c);
-	assert_int_equal(pd_tcp_connect(f->tx, FX_PEER, FX_HOST, raw_listener(&lfd), FX_TOKEN), 0);
-	raw_accept_lanes(lfd, fds, 2);
+	(void)raw_connect(f, 2, 0, &lfd, fds);
 	fx_sleep_ms(50); /* both lane threads idle after their HELLO */
 	assert_int_equal(pd_tcp_post(f->tx, FX_PEER, &x, 1), 1);
 	assert_int_equal(fx_stats(f->tx).direct_tx, 1);
@@ -508,22 +523,14 @@ static void test_direct_partial(void **state)
 {
 	enum { LEN = 64 * KIB };
 	struct fx *f = *state;
-	struct fx_cfg c = fx_cfg_default();
 	static uint8_t src[LEN], got[LEN];
 	struct pd_xfer x = fx_xfer(7, src, LEN, 2, 1, 4);
 	struct pd_cpl cpl[2];
 	struct pd_tcp_hdr h;
 	int lfd, fd, lane, small = 4096;
-	uint16_t port;
 
-	c.lanes = 1;
-	fx_open(f, &c);
 	fx_pattern(src, LEN, 11);
-	port = raw_listener(&lfd);
-	assert_int_equal(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
-	assert_int_equal(pd_tcp_connect(f->tx, FX_PEER, FX_HOST, port, FX_TOKEN), 0);
-	raw_accept_lanes(lfd, &fd, 1);
-	lane = socket_to(port);
+	lane = socket_to(raw_connect(f, 1, small, &lfd, &fd));
 	assert_true(lane >= 0);
 	assert_int_equal(setsockopt(lane, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
 	fx_sleep_ms(50); /* the lane thread idle after its HELLO */
