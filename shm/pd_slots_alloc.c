@@ -55,11 +55,10 @@ static void waiter_del(struct pd_pool_shm *s, struct pd_pool_waiter *w)
 	s->nwaiters--;
 }
 
-/* Is a record (rpid, rns) of the process pid of namespace ns? pid 0: of
- * any; ns PD_PIDNS_UNKNOWN: of pid in any namespace. */
+/* Is a record (rpid, rns) of the process pid of namespace ns? pid 0: of any. */
 static bool same_proc(int32_t rpid, uint32_t rns, int32_t pid, uint32_t ns)
 {
-	return !pid || (rpid == pid && (ns == PD_PIDNS_UNKNOWN || rns == ns));
+	return !pid || pd_proc_is(rpid, rns, pid, ns);
 }
 
 /* Free every slot (and drop every wait) of an owner id, or of a process. */

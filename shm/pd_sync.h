@@ -109,9 +109,17 @@ int pd_pid_alive(int32_t pid);
 #define PD_PIDNS_UNKNOWN 0u
 uint32_t pd_self_pidns(void);
 /* pd_pid_alive() for a pid of namespace pidns: 1 (cannot tell, so taken as
- * live) when that is not this process's namespace, or either is unknown
- * (then they may differ). */
+ * live) when that is not this process's namespace; a record of namespace
+ * PD_PIDNS_UNKNOWN counts as of another unless this process's is unknown
+ * too (then its socket's close, not /proc, says it is gone). */
 int pd_proc_alive(int32_t pid, uint32_t pidns);
+/* Does a record of rpid in namespace rns name process pid of namespace ns?
+ * ns PD_PIDNS_UNKNOWN (a process that could not say, or an agent of shm
+ * ABI 4.1): any namespace, by pid alone. */
+static inline int pd_proc_is(int32_t rpid, uint32_t rns, int32_t pid, uint32_t ns)
+{
+	return rpid == pid && (ns == PD_PIDNS_UNKNOWN || rns == ns);
+}
 /* Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22);
  * with the pid it identifies a process across pid reuse. */
 int pd_pid_start_time(int32_t pid, uint64_t *out);

@@ -309,7 +309,6 @@ static struct pd_tx_batch *batch_new(struct pd_tx *tx, struct pd_tx_req *r,
 	return b;
 }
 
-/* Unlink and free b; its staging must have been returned. */
 /* b out of every list of tx and its request, not yet freed. */
 static void batch_unlink(struct pd_tx *tx, struct pd_tx_batch *b)
 {
@@ -324,6 +323,7 @@ static void batch_unlink(struct pd_tx *tx, struct pd_tx_batch *b)
 		tx->st.live_batches--;
 }
 
+/* Unlink and free b; its staging must have been returned. */
 void pd_tx_batch_del(struct pd_tx *tx, struct pd_tx_batch *b)
 {
 	batch_unlink(tx, b);
@@ -494,7 +494,7 @@ static void batch_complete(struct pd_tx *tx, struct pd_tx_batch *b, uint64_t now
 	tx->st.bytes += b->bytes;
 	pd_tx_batch_view(b, &v);
 	batch_unlink(tx, b);
-	(void)pd_tx_req_end_done(tx, r, now_ns); /* r stays, a tombstone */
+	pd_tx_req_end_done(tx, r, now_ns); /* r stays, a tombstone */
 	if (k)
 		tx->ops.put_done(tx->ctx, &v, tx->idx, k);
 	pd_tx_req_settle(tx, r, now_ns);

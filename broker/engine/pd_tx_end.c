@@ -104,17 +104,15 @@ static void finish_aborted(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_n
 	}
 }
 
-int pd_tx_req_end_done(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns)
+void pd_tx_req_end_done(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns)
 {
-	if (r->state != PD_TXR_LIVE || !r->last_seen || r->completed != r->total)
-		return 0;
-	finish_done(tx, r, now_ns);
-	return 1;
+	if (r->state == PD_TXR_LIVE && r->last_seen && r->completed == r->total)
+		finish_done(tx, r, now_ns);
 }
 
 void pd_tx_req_settle(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns)
 {
-	(void)pd_tx_req_end_done(tx, r, now_ns);
+	pd_tx_req_end_done(tx, r, now_ns);
 	if (!r->inflight) /* r may have been the last rank writing */
 		finish_aborted(tx, r, now_ns);
 }

@@ -167,7 +167,7 @@ int pd_tx_req_abort(struct pd_tx *tx, struct pd_tx_req *r, int err, uint32_t why
 		    uint64_t now_ns);
 /* After progress: a LIVE request complete -> done; an ABORTING one drained -> failed. */
 void pd_tx_req_settle(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns);
-/* The first half of that: a LIVE request complete -> done (1), else 0. */
-int pd_tx_req_end_done(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns);
+/* The first half of that: a LIVE request complete -> done. */
+void pd_tx_req_end_done(struct pd_tx *tx, struct pd_tx_req *r, uint64_t now_ns);
 
 #endif

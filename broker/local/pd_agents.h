@@ -30,6 +30,7 @@
 
 #include "pd_layout.h"
 #include "pd_loop.h"
+#include "pd_sync.h"
 
 #define PD_AGENTS_HELLO_MAX 64u   /* connections waiting for their hello at once */
 #define PD_AGENTS_HELLO_MS  2000u /* each one's deadline, from its accept */
@@ -126,12 +127,10 @@ struct pd_agent_proc {
 	uint32_t pidns;
 };
 
-/* Does a pool record of pid in namespace pidns name process p? An agent
- * whose hello had no namespace (a build of shm ABI 4.1, or no /proc) is
- * matched by pid only. */
+/* Does a pool record of pid in namespace pidns name process p (pd_proc_is)? */
 static inline int pd_agent_proc_is(const struct pd_agent_proc *p, int32_t pid, uint32_t pidns)
 {
-	return p->pid == pid && (p->pidns == 0 || p->pidns == pidns);
+	return pd_proc_is(pid, pidns, p->pid, p->pidns);
 }
 
 /* 1 while agent id is attached or fenced and not yet gone, else 0. */

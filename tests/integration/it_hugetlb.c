@@ -27,26 +27,12 @@ static int64_t nr_orig = -1;
 
 static int64_t read_nr(void)
 {
-	FILE *f = fopen(NR_PATH, "re");
-	long long n = -1;
-
-	if (f) {
-		if (fscanf(f, "%lld", &n) != 1)
-			n = -1;
-		(void)fclose(f);
-	}
-	return n;
+	return pd_test_read_num(NR_PATH, -1);
 }
 
 static int write_nr(int64_t n)
 {
-	FILE *f = fopen(NR_PATH, "we");
-	int ok;
-
-	if (!f)
-		return -1;
-	ok = fprintf(f, "%lld\n", (long long)n) > 0;
-	return fclose(f) == 0 && ok ? 0 : -1;
+	return pd_test_write_num(NR_PATH, n);
 }
 
 static void restore_pool(void)

@@ -546,34 +546,21 @@ static void check_require_refuses(struct pair *t)
 #define NR_HUGE    "/proc/sys/vm/nr_hugepages"
 #define HUGE_EXTRA 16 /* pages: both brokers' arenas need 3 */
 
-static long nr_huge(long set)
-{
-	FILE *f = fopen(NR_HUGE, set < 0 ? "re" : "we");
-	long n = -1;
-
-	if (!f)
-		return -1;
-	if (set < 0 && fscanf(f, "%ld", &n) != 1)
-		n = -1;
-	if (set >= 0)
-		n = fprintf(f, "%ld\n", set) > 0 ? set : -1;
-	return fclose(f) == 0 ? n : -1;
-}
-
 /* Both brokers --hugepages on, the kernel's pool raised for them (root)
  * and put back after: the memory regions registered over hugetlb arenas
  * carry a request byte for byte, over RDMA only. */
 static void check_hugetlb(void)
 {
-	long nr = nr_huge(-1);
+	int64_t nr = pd_test_read_num(NR_HUGE, -1);
 	struct pair t;
 	int rc;
 
-	if (nr < 0 || nr_huge(nr + HUGE_EXTRA) < 0 || pd_hugetlb_free_pages() < HUGE_EXTRA) {
+	if (nr < 0 || pd_test_write_num(NR_HUGE, nr + HUGE_EXTRA) < 0 ||
+	    pd_hugetlb_free_pages() < HUGE_EXTRA) {
 		printf("SKIP hugetlb: no %d free hugetlb pages of 2 MiB could be had (root "
 		       "raises vm.nr_hugepages)\n", HUGE_EXTRA);
 		if (nr >= 0)
-			(void)nr_huge(nr);
+			(void)pd_test_write_num(NR_HUGE, nr);
 		return;
 	}
 	rc = pair_start_huge(&t, 32, 64, 1, 1);
@@ -585,7 +572,7 @@ static void check_hugetlb(void)
 		check_stats(&t, "hugetlb", 48, bytes_of(48));
 	}
 	pair_stop(&t, "hugetlb");
-	(void)nr_huge(nr);
+	(void)pd_test_write_num(NR_HUGE, nr);
 }
 
 int main(int argc, char **argv)

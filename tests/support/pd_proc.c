@@ -44,15 +44,7 @@ static int try_port(int port)
 /* The low end of the kernel's ephemeral range (what "port 0" picks from). */
 static int ephemeral_low(void)
 {
-	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
-	int lo = 32768;
-
-	if (f) {
-		if (fscanf(f, "%d", &lo) != 1)
-			lo = 32768;
-		(void)fclose(f);
-	}
-	return lo;
+	return (int)pd_test_read_num("/proc/sys/net/ipv4/ip_local_port_range", 32768);
 }
 
 /*

@@ -57,6 +57,27 @@ static int write_file(const char *path, const char *text)
 	return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
+int64_t pd_test_read_num(const char *path, int64_t dflt)
+{
+	FILE *f = fopen(path, "re");
+	long long n = dflt;
+
+	if (f) {
+		if (fscanf(f, "%lld", &n) != 1)
+			n = dflt;
+		(void)fclose(f);
+	}
+	return n;
+}
+
+int pd_test_write_num(const char *path, int64_t v)
+{
+	char text[32];
+
+	(void)snprintf(text, sizeof(text), "%lld\n", (long long)v);
+	return write_file(path, text);
+}
+
 int pd_test_map_ids(uid_t uid, gid_t gid)
 {
 	char map[64];

@@ -34,6 +34,11 @@ int pd_test_pidns_ok(void);
  * this process's before, to themselves there. 0 or -1. */
 int pd_test_map_ids(uid_t uid, gid_t gid);
 
+/* The first number in a file (/proc/sys/...), or dflt when it cannot be
+ * read; write one (0 or -1). */
+int64_t pd_test_read_num(const char *path, int64_t dflt);
+int pd_test_write_num(const char *path, int64_t v);
+
 /* Wait for pid at most timeout_ms; on timeout it is SIGKILLed and
  * -ETIMEDOUT returned. Otherwise the exit code (0..255), or 128 + signal. */
 int pd_test_wait(pid_t pid, uint32_t timeout_ms);

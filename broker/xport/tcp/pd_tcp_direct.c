@@ -86,14 +86,14 @@ int pd_tcp_direct_send_locked(struct pd_tcp_lane *l, struct pd_tcp_node *n)
 	};
 	struct msghdr m = { .msg_iov = iov, .msg_iovlen = n->x.len ? 2 : 1 };
 	ssize_t r = sendmsg(l->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-	int full = r >= 0 || errno == EAGAIN; /* else an error, the lane thread's to meet */
+	int partial = r >= 0 || errno == EAGAIN; /* else an error, the lane thread's to meet */
 
 	l->idle = 0;
 	l->direct = n;
 	l->direct_off = r > 0 ? (uint32_t)r : 0;
 	l->direct_ns = pd_now_ns();
 	if (l->direct_off < PD_TCP_HDR_SIZE + n->x.len) {
-		if (full)
+		if (partial)
 			PD_TCP_STAT_INC(t, direct_partial, 1);
 		return 1; /* the lane thread sends the rest, or meets the error */
 	}
