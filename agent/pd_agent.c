@@ -117,9 +117,10 @@ static void close_fds(int *fds, uint32_t n)
 /* The regions an agent writes: its own rings and pin journal (the rest of
  * the agents region turns read-only once our slot is known) and, a
  * sender only, the send pool it allocates from under the pool's mutex and
- * the send arena it fills (all of it: loans move between senders at
- * allocation rate, and an mprotect per loan costs more than the copy of
- * its bytes). The rest (header, recv pool, arena and index, statistics;
+ * the arena it fills (with several send pools, only its own of each:
+ * pd_layout_send_own(); with one, all of it, as loans move between
+ * senders at allocation rate and an mprotect per loan costs more than
+ * the copy of its bytes). The rest (header, recv pool, arena and index, statistics;
  * the send side for a receiver) it only reads: its pins are hazards in
  * its own journal. */
 static uint32_t rw_regions(uint32_t roles)
@@ -163,6 +164,11 @@ static int map_segment(struct pd_agent *a, const int *fds, const struct pd_attac
 		rc = pd_layout_protect_agents(&a->shm, ack->agent_id - 1);
 		rc = rc == -ENOTSUP ? 0 : rc;
 	}
+	if (rc == 0 && (a->roles & PD_AGENT_SEND) && a->shm.has_send) {
+		/* The send pool the broker chose for us: the only one we write. */
+		rc = pd_layout_send_own(&a->shm, a->shm.agents->slot[ack->agent_id - 1].send_part);
+		rc = rc == -EINVAL ? -EPROTO : rc;
+	}
 	if (rc < 0)
 		pd_layout_close(&a->shm);
 	else /* pd_agent_fd() turns readable for every completion */
@@ -170,12 +176,10 @@ static int map_segment(struct pd_agent *a, const int *fds, const struct pd_attac
 	return rc;
 }
 
-/* Fill the page tables of region id now, not one fault per 4 KiB page in
- * the first copies. Best effort: a failure leaves the pages to fault in. */
-static void prefault(struct pd_agent *a, uint32_t id, int write)
+/* Fill the page tables of [p, p + len) now, not one fault per 4 KiB page
+ * in the first copies. Best effort: a failure leaves the pages to fault in. */
+static void prefault(struct pd_agent *a, void *p, size_t len, int write)
 {
-	size_t len;
-	void *p = pd_segment_region(&a->shm.seg, id, &len);
 	int rc = p ? pd_pages_populate(p, len, write) : 0;
 
 	if (rc == -ENOSYS)
@@ -226,10 +230,10 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 	(void)close(fds[0]);
 	if (fds[3] >= 0)
 		(void)close(fds[3]); /* the mapping keeps the file */
-	if (rc == 0 && (o->roles & PD_AGENT_SEND))
-		prefault(a, PD_REGION_SEND_ARENA, 1); /* the arena it copies into */
-	if (rc == 0 && (o->roles & PD_AGENT_RECV))
-		prefault(a, PD_REGION_RECV_ARENA, 0); /* and out of */
+	if (rc == 0 && (o->roles & PD_AGENT_SEND) && a->shm.has_send) /* the arena it copies into */
+		prefault(a, a->shm.send.arena, a->shm.send.nslots * a->shm.send.slot_size, 1);
+	if (rc == 0 && (o->roles & PD_AGENT_RECV) && a->shm.has_recv) /* and out of */
+		prefault(a, a->shm.recv.arena, a->shm.recv.nslots * a->shm.recv.slot_size, 0);
 	if (rc < 0) {
 		close_fds(fds + 1, 2);
 		(void)close(a->sock);

@@ -296,8 +296,7 @@ static void cmd_cancel(struct pd_broker *b, const struct args *a, msgpack_packer
 		answer_error(pk, "cancel needs a req_id of 1.." PD_STR(PD_REQ_ID_MAX) " bytes");
 		return;
 	}
-	if (b->shm.has_send)
-		(void)pd_pool_cancel(&b->shm.send, pd_req_tag(id, a->req_id_len));
+	pd_broker_send_cancel(b, pd_req_tag(id, a->req_id_len));
 	if (b->tx)
 		n += pd_tx_cancel(b->tx, id, a->req_id_len, PD_TX_ANY_RANK, now) > 0;
 	if (b->rx)

@@ -213,9 +213,11 @@ int pd_broker_shm_create(struct pd_broker *b, const struct pd_layout_opts *o, ch
 {
 	int rc = pd_layout_create(o, &b->shm, err, errlen);
 
-	b->shm.send.resetter = 1; /* an unusable send pool mutex is made new here */
 	if (rc < 0)
 		return rc;
+	b->shm.send.resetter = 1; /* an unusable send pool mutex is made new here */
+	for (uint32_t k = 0; k < b->shm.send_parts; k++)
+		b->shm.send_part[k].resetter = 1;
 	b->have_shm = 1;
 	if (b->shm.has_recv) {
 		b->grant = calloc(b->shm.recv.nslots, sizeof(*b->grant));
@@ -249,10 +251,12 @@ static void log_pages(const struct pd_broker *b)
 	       "huge=within_size gives 2 MiB pages)", b->shm.seg.pages_why, why);
 }
 
+_Static_assert(PD_CFG_SEND_POOLS_MAX == PD_SEND_PARTS_MAX, "--send-pools' bound");
+
 static int make_shm(struct pd_broker *b, char *err, size_t errlen)
 {
 	struct pd_layout_opts o = { .name = b->cfg.name, .send_slots = b->cfg.send_slots,
-				    .recv_slots = b->cfg.recv_slots,
+				    .send_parts = b->cfg.send_pools, .recv_slots = b->cfg.recv_slots,
 				    .slot_size = b->cfg.slot_size, .max_agents = b->cfg.max_agents,
 				    .sq_entries = SQ_ENTRIES, .cq_entries = CQ_ENTRIES,
 				    .epoch = b->epoch, .hugepages = b->cfg.hugepages };

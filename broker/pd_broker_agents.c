@@ -24,14 +24,16 @@ static void complete(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e
 
 /* ---- PUT ------------------------------------------------------------------------- */
 
-static int chunk_ok(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
+static int chunk_ok(struct pd_broker *b, uint32_t agent, const struct pd_pool *pool,
+		    const struct pd_sqe *e)
 {
 	const struct pd_sqe_chunk *c = &e->u.chunk;
 	struct pd_slot_desc d;
 
+	/* Only a slot of the agent's own send pool. */
 	return e->op == PD_SQ_CHUNK && c->klen >= 1 && c->klen <= PD_KEY_MAX &&
-	       c->len <= b->shm.send.slot_size &&
-	       pd_pool_desc_get(&b->shm.send, PD_SLOT_REF_IDX(c->slot), &d) == 0 &&
+	       c->len <= b->shm.send.slot_size && pd_layout_send_pool(&b->shm, c->slot) == pool &&
+	       pd_pool_desc_get(pool, PD_SLOT_REF_IDX(c->slot), &d) == 0 &&
 	       d.gen == PD_SLOT_REF_GEN(c->slot) && d.owner == agent &&
 	       atomic_load_explicit(&d.state, memory_order_relaxed) == PD_SLOT_LOANED;
 }
@@ -39,20 +41,24 @@ static int chunk_ok(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e)
 static int put_ok(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n)
 {
 	const struct pd_sqe_put *p = &e->u.put;
+	const struct pd_pool *pool = pd_broker_send_pool_of(b, agent);
 
-	if (!b->tx || p->n != n - 1 || p->req_id_len == 0 || p->req_id_len > PD_REQ_ID_MAX ||
-	    p->endpoint_len == 0 || p->endpoint_len > PD_ENDPOINT_MAX)
+	if (!b->tx || !pool || p->n != n - 1 || p->req_id_len == 0 ||
+	    p->req_id_len > PD_REQ_ID_MAX || p->endpoint_len == 0 ||
+	    p->endpoint_len > PD_ENDPOINT_MAX)
 		return -EINVAL;
 	for (uint32_t i = 1; i < n; i++)
-		if (!chunk_ok(b, agent, &e[i]))
+		if (!chunk_ok(b, agent, pool, &e[i]))
 			return -ESTALE;
 	return 0;
 }
 
 /* The broker takes the slots: QUEUED, owned by the broker. */
-static int take_slots(struct pd_broker *b, const struct pd_sqe *e, uint32_t n,
+static int take_slots(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n,
 		      struct pd_tx_chunk *ch, pd_slot_ref *refs)
 {
+	int rc;
+
 	for (uint32_t i = 1; i < n; i++) {
 		const struct pd_sqe_chunk *c = &e[i].u.chunk;
 
@@ -61,7 +67,11 @@ static int take_slots(struct pd_broker *b, const struct pd_sqe *e, uint32_t n,
 		memcpy(ch[i - 1].key, c->key, c->klen);
 		refs[i - 1] = c->slot;
 	}
-	return pd_pool_set_state(&b->shm.send, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
+	rc = pd_pool_set_state(pd_broker_send_pool_of(b, agent), refs, n - 1, BROKER_OWNER,
+			       PD_SLOT_QUEUED);
+	if (rc == 0)
+		pd_broker_send_took(b, refs, n - 1);
+	return rc;
 }
 
 static int submit_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n,
@@ -91,7 +101,7 @@ static int on_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, u
 	int rc = n > PD_PUT_MAX_CHUNKS + 1 ? -EINVAL : put_ok(b, agent, e, n);
 
 	if (rc == 0) {
-		rc = take_slots(b, e, n, ch, refs);
+		rc = take_slots(b, agent, e, n, ch, refs);
 		if (rc < 0 && rc != -ESTALE && rc != -EINVAL) /* the pool's lock not to be had */
 			pd_broker_free_slots(b, refs, n - 1);  /* as soon as it is */
 	}
@@ -326,8 +336,9 @@ static void on_detach(void *ctx, uint32_t agent)
 {
 	struct pd_broker *b = ctx;
 
-	if (b->shm.has_send && pd_pool_reclaim(&b->shm.send, agent) < 0)
+	if (b->shm.has_send && pd_broker_send_reclaim(b, agent, NULL) < 0)
 		pd_broker_reclaim_later(b, agent);
+	pd_broker_send_detached(b, agent);
 	end_requests(b, agent);
 	pd_stat_add(&b->shm.seg.hdr->stats[PD_STAT_AGENTS_RECLAIMED], 1);
 	pd_stat_set(&b->shm.seg.hdr->stats[PD_STAT_AGENTS], pd_agents_count(b->agents));

@@ -161,9 +161,12 @@ struct pd_broker {
 	uint8_t *pins_armed;          /* per agent slot: its pin clocks may be running */
 	uint64_t lease_next_ns;
 	uint64_t loans_orphaned;      /* loans past their lease that no agent held: freed */
-	uint64_t lock_bad_since;      /* the send pool's mutex unavailable since; 0: fine */
+	uint64_t lock_bad_since[PD_SEND_PARTS_MAX]; /* a send pool's mutex unavailable
+						      * since; 0: fine */
 	uint64_t descs_scrubbed;      /* send descriptors in no state, made free (pd_pool_scrub()) */
 	pd_slot_ref *free_later;      /* staging frees that failed, tried again (send slots) */
+	uint64_t *send_held;          /* pd_broker_send.c: per send slot, held by the broker */
+	uint8_t send_resync[PD_SEND_PARTS_MAX]; /* a pool left by its senders, not resynced yet */
 	uint32_t nfree_later;
 	struct { uint32_t owner; struct pd_agent_proc proc; } reclaim_later[PD_MAX_AGENTS];
 	uint32_t nreclaim_later;      /* detached agents whose loans the pool's lock kept */
@@ -210,9 +213,29 @@ int pd_broker_engines_create(struct pd_broker *b);
 int pd_broker_leases_init(struct pd_broker *b);
 void pd_broker_leases_fini(struct pd_broker *b);
 void pd_broker_leases_check(struct pd_broker *b, uint64_t now);
-/* The send pool's mutex found unusable (why: the error) or stuck: make it
+/* Send pool k's mutex found unusable (why: the error) or stuck: make it
  * new and rebuild the pool. 0 or -errno. */
-int pd_broker_send_lock_reset(struct pd_broker *b, int why, int32_t holder);
+int pd_broker_send_lock_reset(struct pd_broker *b, uint32_t k, int why, int32_t holder);
+/* Free every send slot of owner (of process proc, or any when NULL) and
+ * drop its waits, in every send pool. 0, or the error of a pool whose
+ * lock was not to be had (the others are done). */
+int pd_broker_send_reclaim(struct pd_broker *b, uint32_t owner, const struct pd_agent_proc *proc);
+/* pd_broker_send.c: the send pools, the broker's side. */
+int pd_broker_send_init(struct pd_broker *b);
+void pd_broker_send_fini(struct pd_broker *b);
+/* The broker took these slots from a submission (QUEUED, its own). */
+void pd_broker_send_took(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n);
+/* Agent (1-based id) is gone: its pool, if no sender uses it now, is made
+ * as the broker's record says (else at a later tick). */
+void pd_broker_send_detached(struct pd_broker *b, uint32_t agent);
+/* The lease look's turn: frees and reclaims that waited for a lock, pools
+ * waiting to be resynced. */
+void pd_broker_send_tick(struct pd_broker *b);
+/* The send pool agent (1-based id) loans from, as the agent table says:
+ * its own, or NULL (no send pool). */
+struct pd_pool *pd_broker_send_pool_of(struct pd_broker *b, uint32_t agent);
+/* Cancel the waits for send slots of tag in every send pool. */
+void pd_broker_send_cancel(struct pd_broker *b, uint64_t tag);
 /* Free staging slots; what cannot be freed now is tried again at the next
  * look (the pool's lock held or being made new). */
 void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n);

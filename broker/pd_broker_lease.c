@@ -33,96 +33,24 @@
 int pd_broker_leases_init(struct pd_broker *b)
 {
 	uint32_t pins = b->shm.has_recv ? b->shm.max_agents * b->shm.pins_per_agent : 0;
-	uint32_t nsend = b->shm.has_send ? b->shm.send.nslots : 0;
+	uint32_t nsend = pd_layout_send_slots(&b->shm);
 
 	b->loan_clock = pd_lease_create(nsend);
 	b->pin_clock = pd_lease_create(pins);
-	b->free_later = calloc(nsend ? nsend : 1, sizeof(*b->free_later));
 	b->pins_armed = calloc(b->shm.max_agents ? b->shm.max_agents : 1, 1);
-	return b->loan_clock && b->pin_clock && b->free_later && b->pins_armed ? 0 : -ENOMEM;
+	if (!b->loan_clock || !b->pin_clock || !b->pins_armed)
+		return -ENOMEM;
+	return pd_broker_send_init(b);
 }
 
 void pd_broker_leases_fini(struct pd_broker *b)
 {
 	pd_lease_destroy(b->loan_clock);
 	pd_lease_destroy(b->pin_clock);
-	free(b->free_later);
 	free(b->pins_armed);
 	b->loan_clock = b->pin_clock = NULL;
-	b->free_later = NULL;
 	b->pins_armed = NULL;
-}
-
-/*
- * A free is all or nothing. When one ref is not the broker's any more (an
- * agent freed a slot it had put, and it may be someone else's now), the
- * others still go back, one by one (each ref's generation keeps the free
- * off a slot handed out again). When the pool's lock is not to be had now
- * (held, or being made new), each is tried again at the next look.
- */
-void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n)
-{
-	uint32_t behind = 0, later = 0;
-	int rc = pd_pool_free(&b->shm.send, refs, n);
-
-	for (uint32_t i = 0; rc < 0 && i < n; i++) {
-		int one = rc == -ESTALE ? pd_pool_free(&b->shm.send, &refs[i], 1) : rc;
-
-		behind += one == -ESTALE || one == -EINVAL;
-		if (one < 0 && one != -ESTALE && one != -EINVAL &&
-		    b->nfree_later < b->shm.send.nslots) {
-			b->free_later[b->nfree_later++] = refs[i];
-			later++;
-		}
-	}
-	if (behind)
-		PD_LOG_RL(WARN, slot, "%u staging slots were freed behind the broker's back", behind);
-	if (later)
-		PD_LOG_RL(WARN, slot, "%u staging slots not freed yet (%s): tried again shortly",
-			  later, pd_strerror(rc));
-}
-
-void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner)
-{
-	struct pd_agent_proc proc = { 0 };
-
-	(void)pd_agents_proc(b->agents, owner, &proc);
-	if (b->nreclaim_later < PD_ARRAY_SIZE(b->reclaim_later) && proc.pid > 0) {
-		b->reclaim_later[b->nreclaim_later].owner = owner;
-		b->reclaim_later[b->nreclaim_later++].proc = proc;
-		PD_LOG_RL(WARN, slot, "agent %u (pid %d) detached; its loans come back once the "
-			  "send pool's lock is free", owner, proc.pid);
-	} else {
-		PD_LOG_RL(WARN, slot, "agent %u (pid %d) detached; its loans not reclaimed (%u "
-			  "detaches wait already): the loan lease frees them", owner, proc.pid,
-			  b->nreclaim_later);
-	}
-}
-
-static void reclaim_later(struct pd_broker *b)
-{
-	uint32_t kept = 0;
-
-	for (uint32_t i = 0; i < b->nreclaim_later; i++)
-		if (pd_pool_reclaim_proc(&b->shm.send, b->reclaim_later[i].owner,
-					 b->reclaim_later[i].proc.pid,
-					 b->reclaim_later[i].proc.pidns) < 0)
-			b->reclaim_later[kept++] = b->reclaim_later[i];
-	b->nreclaim_later = kept;
-}
-
-/* The frees that failed, again; a stale ref (freed meanwhile) is dropped. */
-static void free_later(struct pd_broker *b)
-{
-	uint32_t kept = 0;
-
-	for (uint32_t i = 0; i < b->nfree_later; i++) {
-		int rc = pd_pool_free(&b->shm.send, &b->free_later[i], 1);
-
-		if (rc < 0 && rc != -ESTALE && rc != -EINVAL)
-			b->free_later[kept++] = b->free_later[i];
-	}
-	b->nfree_later = kept;
+	pd_broker_send_fini(b);
 }
 
 static void fence(struct pd_broker *b, uint32_t agent, int32_t pid, const char *what,
@@ -152,7 +80,7 @@ static void loan_expired(struct pd_broker *b, uint32_t i, const struct pd_slot_d
 		fence(b, d->owner, pd_agents_pid(b->agents, d->owner), what, age_ns);
 		return;
 	}
-	if (pd_pool_reclaim_slot(&b->shm.send, ref, PD_SLOT_LOANED) == 1) {
+	if (pd_pool_reclaim_slot(pd_layout_send_pool(&b->shm, ref), ref, PD_SLOT_LOANED) == 1) {
 		b->loans_orphaned++;
 		PD_LOG_RL(WARN, shm, "send slot %u: loaned %.1f s to agent %u (pid %d), which is "
 			  "not attached as that process: freed", i, (double)age_ns / 1e9, d->owner,
@@ -160,15 +88,14 @@ static void loan_expired(struct pd_broker *b, uint32_t i, const struct pd_slot_d
 	}
 }
 
-/* The send descriptors in one pass: each loan's lease, and a count of
- * descriptors in no state (garbage), scrubbed after it under the lock. */
-static void look_send(struct pd_broker *b, uint64_t now)
+/* Send pool p's descriptors in one pass: each loan's lease, and a count
+ * of descriptors in no state (garbage), scrubbed after it under the lock. */
+static void look_send(struct pd_broker *b, struct pd_pool *p, uint64_t now)
 {
-	const struct pd_pool *p = &b->shm.send;
 	uint32_t bad = 0;
 	int fixed;
 
-	for (uint32_t i = 0; i < p->nslots; i++) {
+	for (uint32_t i = p->base; i < p->base + p->nslots; i++) {
 		struct pd_slot_desc d;
 		uint64_t age;
 
@@ -185,7 +112,7 @@ static void look_send(struct pd_broker *b, uint64_t now)
 		if (age > b->cfg.loan_timeout_ns)
 			loan_expired(b, i, &d, age);
 	}
-	fixed = bad ? pd_pool_scrub(&b->shm.send) : 0;
+	fixed = bad ? pd_pool_scrub(p) : 0;
 	b->descs_scrubbed += fixed > 0 ? (uint64_t)fixed : 0;
 }
 
@@ -219,21 +146,22 @@ static void check_pins_of(struct pd_broker *b, uint32_t a, uint64_t now)
 		fence(b, a + 1, pid, "a recv pin", worst);
 }
 
-int pd_broker_send_lock_reset(struct pd_broker *b, int why, int32_t holder)
+int pd_broker_send_lock_reset(struct pd_broker *b, uint32_t k, int why, int32_t holder)
 {
-	int rc = pd_pool_lock_reset(&b->shm.send);
+	int rc = pd_pool_lock_reset(&b->shm.send_part[k]);
 
-	b->lock_bad_since = 0;
-	PD_LOG_RL(WARN, shm, "send pool lock %s (holder pid %d, not an agent): %s",
+	b->lock_bad_since[k] = 0;
+	PD_LOG_RL(WARN, shm, "send pool %u lock %s (holder pid %d, not an agent): %s", k,
 		  why == -ETIMEDOUT ? "held for 3 s" : pd_strerror(why), holder,
 		  rc == 0 ? "made new, pool rebuilt" : pd_strerror(rc));
 	return rc;
 }
 
-/* Does a thread of agent (whose process is holder) hold the send pool's lock? */
-static int holds_lock(struct pd_broker *b, uint32_t agent, const struct pd_agent_proc *holder)
+/* Does a thread of agent (whose process is holder) hold send pool k's lock? */
+static int holds_lock(struct pd_broker *b, uint32_t k, uint32_t agent,
+		      const struct pd_agent_proc *holder)
 {
-	const struct pd_mutex *mx = &b->shm.send.shm->lock;
+	const struct pd_mutex *mx = &b->shm.send_part[k].shm->lock;
 	int32_t pid = pd_agents_pid(b->agents, agent);
 
 	if (holder->pidns == pd_self_pidns())
@@ -242,7 +170,8 @@ static int holds_lock(struct pd_broker *b, uint32_t agent, const struct pd_agent
 }
 
 /* Held for LOCK_STUCK_NS: fence the agent holding it, else make it new. */
-static void lock_stuck(struct pd_broker *b, const struct pd_agent_proc *holder, uint64_t now)
+static void lock_stuck(struct pd_broker *b, uint32_t k, const struct pd_agent_proc *holder,
+		       uint64_t now)
 {
 	uint32_t agent = pd_agents_by_proc(b->agents, holder);
 	char why[80];
@@ -252,31 +181,32 @@ static void lock_stuck(struct pd_broker *b, const struct pd_agent_proc *holder, 
 	 * names a thread of the holder's pid namespace: for an agent in another
 	 * (a container) it is looked for among its threads' ids there, and for
 	 * one this broker cannot see (pid 0) the record is taken as it is. */
-	if (!agent || !holds_lock(b, agent, holder)) {
-		(void)pd_broker_send_lock_reset(b, -ETIMEDOUT, holder->pid);
+	if (!agent || !holds_lock(b, k, agent, holder)) {
+		(void)pd_broker_send_lock_reset(b, k, -ETIMEDOUT, holder->pid);
 		return;
 	}
 	(void)snprintf(why, sizeof(why), "held the send pool's lock %.1f s",
-		       (double)(now - b->lock_bad_since) / 1e9);
-	b->lock_bad_since = 0;
+		       (double)(now - b->lock_bad_since[k]) / 1e9);
+	b->lock_bad_since[k] = 0;
 	(void)pd_agents_fence(b->agents, agent, pd_agents_pid(b->agents, agent), why);
 }
 
 /* Unusable (not held: its bytes are wrong): made new at once. Held: see
  * lock_stuck(). */
-static void check_pool_lock(struct pd_broker *b, uint64_t now)
+static void check_pool_lock(struct pd_broker *b, uint32_t k, uint64_t now)
 {
 	struct pd_agent_proc holder = { 0 };
-	int rc = pd_pool_lock_check(&b->shm.send, LOCK_TRY_MS, &holder.pid, &holder.pidns);
+	int rc = pd_pool_lock_check(&b->shm.send_part[k], LOCK_TRY_MS, &holder.pid,
+				    &holder.pidns);
 
 	if (rc == 0)
-		b->lock_bad_since = 0;
+		b->lock_bad_since[k] = 0;
 	else if (rc != -ETIMEDOUT)
-		(void)pd_broker_send_lock_reset(b, rc, holder.pid);
-	else if (!b->lock_bad_since)
-		b->lock_bad_since = now;
-	else if (now - b->lock_bad_since >= LOCK_STUCK_NS)
-		lock_stuck(b, &holder, now);
+		(void)pd_broker_send_lock_reset(b, k, rc, holder.pid);
+	else if (!b->lock_bad_since[k])
+		b->lock_bad_since[k] = now;
+	else if (now - b->lock_bad_since[k] >= LOCK_STUCK_NS)
+		lock_stuck(b, k, &holder, now);
 }
 
 void pd_broker_leases_check(struct pd_broker *b, uint64_t now)
@@ -284,12 +214,11 @@ void pd_broker_leases_check(struct pd_broker *b, uint64_t now)
 	if (!b->loan_clock || now < b->lease_next_ns)
 		return;
 	b->lease_next_ns = now + CHECK_EVERY_NS;
-	if (b->shm.has_send) {
-		check_pool_lock(b, now);
-		free_later(b);
-		reclaim_later(b);
-		look_send(b, now);
-	}
+	for (uint32_t k = 0; k < b->shm.send_parts; k++)
+		check_pool_lock(b, k, now);
+	pd_broker_send_tick(b);
+	for (uint32_t k = 0; k < b->shm.send_parts; k++)
+		look_send(b, &b->shm.send_part[k], now);
 	for (uint32_t a = 0; b->shm.has_recv && a < b->shm.max_agents; a++)
 		check_pins_of(b, a, now);
 }

@@ -238,7 +238,7 @@ static void tx_wake_alloc(void *ctx, uint64_t tag)
 {
 	struct pd_broker *b = ctx;
 
-	(void)pd_pool_cancel(&b->shm.send, tag);
+	pd_broker_send_cancel(b, tag);
 }
 
 const struct pd_tx_ops pd_broker_tx_ops = {

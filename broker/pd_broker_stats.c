@@ -135,6 +135,47 @@ static void put_table(struct pub *p, const char *prefix, const struct field *f, 
 	}
 }
 
+/* The send pools' counters as one: sums, and the longest wait. */
+static void sum_send(const struct pd_broker *b, struct pd_pool_counters *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (uint32_t k = 0; k < b->shm.send_parts; k++) {
+		const uint8_t *from = (const uint8_t *)&b->shm.send_part[k].shm->stats;
+
+		for (size_t i = 0; i < PD_ARRAY_SIZE(pool_fields); i++) {
+			_Atomic uint64_t *to = (_Atomic uint64_t *)((uint8_t *)out + pool_fields[i].off);
+			uint64_t v = atomic_load_explicit((const _Atomic uint64_t *)(from +
+									 pool_fields[i].off),
+							  memory_order_relaxed);
+			uint64_t was = atomic_load_explicit(to, memory_order_relaxed);
+
+			v = pool_fields[i].off == offsetof(struct pd_pool_counters, wait_max_ns) ?
+			    (v > was ? v : was) : was + v;
+			atomic_store_explicit(to, v, memory_order_relaxed);
+		}
+	}
+}
+
+static uint64_t send_lock_resets(const struct pd_broker *b)
+{
+	uint64_t n = 0;
+
+	for (uint32_t k = 0; k < b->shm.send_parts; k++)
+		n += b->shm.send_part[k].lock_resets;
+	return n;
+}
+
+/* The send pools' high-water marks added up (the pools' own, each). */
+static uint64_t send_hwm(const struct pd_broker *b)
+{
+	uint64_t n = 0;
+
+	for (uint32_t k = 0; k < b->shm.send_parts; k++)
+		n += atomic_load_explicit(&b->shm.send_part[k].shm->stats.high_water,
+					  memory_order_relaxed);
+	return n;
+}
+
 static void put_header(struct pub *p, const struct pd_broker *b)
 {
 	const _Atomic uint64_t *st = b->shm.seg.hdr->stats;
@@ -179,7 +220,7 @@ static void put_agents(struct pub *p, const struct pd_broker *b)
 	pd_stats_set(p->s, p->n++, "agents.cq_queued", G, queued);
 	pd_stats_set(p->s, p->n++, "agents.cq_dropped", C, dropped);
 	pd_stats_set(p->s, p->n++, "pool.send.loans_orphaned", C, b->loans_orphaned);
-	pd_stats_set(p->s, p->n++, "pool.send.lock_resets", C, b->shm.send.lock_resets);
+	pd_stats_set(p->s, p->n++, "pool.send.lock_resets", C, send_lock_resets(b));
 	pd_stats_set(p->s, p->n++, "pool.send.descs_scrubbed", C, b->descs_scrubbed);
 }
 
@@ -215,9 +256,13 @@ static void put_values(struct pub *p, const struct pd_broker *b)
 		pd_metrics_get_stats(b->metrics, &ms);
 		put_table(p, "metrics.", metrics_fields, PD_ARRAY_SIZE(metrics_fields), &ms, 0);
 	}
-	if (b->shm.has_send)
-		put_table(p, "pool.send.", pool_fields, PD_ARRAY_SIZE(pool_fields),
-			  &b->shm.send.shm->stats, 1);
+	if (b->shm.has_send) {
+		struct pd_pool_counters sc;
+
+		sum_send(b, &sc);
+		put_table(p, "pool.send.", pool_fields, PD_ARRAY_SIZE(pool_fields), &sc, 1);
+		pd_stats_set(p->s, p->n++, "pool.send.pools", G, b->shm.send_parts);
+	}
 	if (b->shm.has_recv)
 		put_table(p, "pool.recv.", pool_fields, PD_ARRAY_SIZE(pool_fields),
 			  &b->shm.recv.shm->stats, 1);
@@ -250,9 +295,9 @@ static void put_info(struct pd_stats *s, const struct pd_broker *b, uint64_t now
 	i->start_ns = b->shm.seg.hdr->broker_start_ns;
 	i->epoch = b->epoch;
 	i->pid = b->shm.seg.hdr->broker_pid;
-	i->send_slots = b->shm.has_send ? b->shm.send.nslots : 0;
+	i->send_slots = pd_layout_send_slots(&b->shm);
 	i->recv_slots = b->shm.has_recv ? b->shm.recv.nslots : 0;
-	i->send_used_hwm = b->shm.has_send ? (uint32_t)b->shm.send.shm->stats.high_water : 0;
+	i->send_used_hwm = (uint32_t)send_hwm(b);
 	i->recv_used_hwm = b->shm.has_recv ? (uint32_t)b->shm.recv.shm->stats.high_water : 0;
 	i->slot_size = b->cfg.slot_size;
 	i->page_size = b->shm.seg.page_size;

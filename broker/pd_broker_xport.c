@@ -511,13 +511,21 @@ static int post_some(struct pd_xport *x, uint32_t peer, const struct pd_xfer *v,
 	return rc < 0 ? rc : (uint32_t)rc < k ? -EAGAIN : 0;
 }
 
+/* The staging bytes of send slot ref, in whichever send pool it is of;
+ * NULL when the slot is not live at ref's generation. */
+static void *staging(const struct pd_broker *b, pd_slot_ref ref)
+{
+	int k = pd_layout_send_part(&b->shm, ref);
+
+	return k < 0 ? NULL : pd_pool_data(&b->shm.send_part[k], ref);
+}
+
 /* Every chunk to write still has its staging bytes: its slot's descriptor
  * (in shm, which agents may write) still says the broker's generation. */
 static int staging_ok(const struct pd_broker *b, const struct pd_tx_batch_view *v)
 {
 	for (uint32_t i = 0; i < v->n; i++)
-		if (v->remote[i] >= 0 && v->chunks[i].len &&
-		    !pd_pool_data(&b->shm.send, v->chunks[i].slot))
+		if (v->remote[i] >= 0 && v->chunks[i].len && !staging(b, v->chunks[i].slot))
 			return 0;
 	return 1;
 }
@@ -542,7 +550,7 @@ int pd_broker_xport_post(struct pd_broker *b, const struct pd_tx_batch_view *v, 
 		if (i == v->n || v->remote[i] < 0)
 			continue;
 		t[k++] = (struct pd_xfer){ .cookie = v->seq, .len = v->chunks[i].len,
-					   .src = pd_pool_data(&b->shm.send, v->chunks[i].slot),
+					   .src = staging(b, v->chunks[i].slot),
 					   .slot = (uint32_t)v->remote[i],
 					   .gen = v->gens ? v->gens[i] : 0 };
 	}

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "pd_err.h"
-#include "pd_layout.h"
+#include "pd_layout_int.h"
 
 static uint64_t align64(uint64_t v)
 {
@@ -81,8 +81,16 @@ static int plan(const struct pd_layout_opts *o, struct pd_segment_opts *so, char
 		return -EINVAL;
 	}
 	if (o->send_slots) {
-		v[PD_REGION_SEND_POOL] = pd_pool_memsize(o->send_slots);
-		v[PD_REGION_SEND_ARENA] = pd_pool_arena_size(o->send_slots, o->slot_size);
+		struct pd_send_geo sg;
+
+		if (pd_layout_send_geo(o->send_slots, o->send_parts, o->slot_size, &sg) < 0) {
+			pd_err_set(err, errlen, "%u send slots cannot make %u send pools of "
+				   "equal size (at most %u pools)", o->send_slots, o->send_parts,
+				   PD_SEND_PARTS_MAX);
+			return -EINVAL;
+		}
+		v[PD_REGION_SEND_POOL] = (int64_t)(sg.parts * sg.pool_stride);
+		v[PD_REGION_SEND_ARENA] = (int64_t)(sg.parts * sg.arena_stride);
 	}
 	if (o->recv_slots) {
 		v[PD_REGION_RECV_POOL] = pd_pool_memsize(o->recv_slots);
@@ -117,6 +125,7 @@ static void init_agents(struct pd_agent_table *t, const struct pd_layout_opts *o
 	t->rings_off = g.rings_off;
 	t->pins_per_agent = g.pins;
 	t->pins_off = g.pins_off;
+	t->send_parts = o->send_slots && o->send_parts ? o->send_parts : 1;
 	memset((uint8_t *)t + g.pins_off, 0,
 	       (size_t)o->max_agents * g.pins * sizeof(_Atomic uint64_t));
 	t->magic = PD_AGENTS_MAGIC;
@@ -128,10 +137,8 @@ static int init_regions(struct pd_segment *seg, const struct pd_layout_opts *o)
 	void *mem;
 	int rc = 0;
 
-	if (o->send_slots) {
-		mem = pd_segment_region(seg, PD_REGION_SEND_POOL, &len);
-		rc = pd_pool_init(mem, len, o->send_slots, o->slot_size);
-	}
+	if (o->send_slots)
+		rc = pd_layout_send_init(seg, o);
 	if (rc == 0 && o->recv_slots) {
 		mem = pd_segment_region(seg, PD_REGION_RECV_POOL, &len);
 		rc = pd_pool_init(mem, len, o->recv_slots, o->slot_size);
@@ -259,7 +266,9 @@ int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t
 
 	if (!seg || !out)
 		return -EINVAL;
-	rc = open_pool(seg, PD_REGION_SEND_POOL, PD_REGION_SEND_ARENA, &s.send, &s.has_send);
+	rc = open_agents(seg, &s);
+	if (rc == 0)
+		rc = pd_layout_send_open(seg, s.agents->send_parts, &s);
 	if (rc == 0)
 		rc = open_pool(seg, PD_REGION_RECV_POOL, PD_REGION_RECV_ARENA, &s.recv,
 			       &s.has_recv);
@@ -267,8 +276,6 @@ int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t
 		mem = pd_segment_region(seg, PD_REGION_RECV_INDEX, &len);
 		rc = mem ? pd_index_open(&s.index, mem, len) : -EPROTO;
 	}
-	if (rc == 0)
-		rc = open_agents(seg, &s);
 	if (rc == 0 && s.has_recv)
 		set_journals(&s);
 	if (rc == 0) {

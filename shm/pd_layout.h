@@ -23,6 +23,7 @@
 #define PD_PINS_MIN     1024u  /* default journal cells per agent, at least */
 #define PD_PINS_MAX     65536u /* journal cells per agent, at most */
 #define PD_PINS_ROUND   512u   /* journal cells come in pages (512 x 8 bytes) */
+#define PD_SEND_PARTS_MAX 64u  /* send pools (partitions) of a segment, at most */
 
 /* Agent slot states. */
 #define PD_AGENT_FREE     0u
@@ -38,7 +39,9 @@ struct pd_agent_slot {
 	_Atomic uint64_t submitted; /* writer: broker; entries taken from the sq */
 	_Atomic uint64_t completed; /* writer: broker; entries put on the cq */
 	_Atomic uint64_t bad;       /* writer: broker; entries refused */
-	uint8_t  _rsvd[16];
+	uint32_t send_part;         /* writer: broker, before the ack; the send pool a
+				     * sender loans from (0 .. send_parts - 1) */
+	uint8_t  _rsvd[12];
 };
 _Static_assert(sizeof(struct pd_agent_slot) == 64, "agent slot ABI");
 
@@ -65,7 +68,8 @@ struct pd_agent_table {
 	uint64_t cq_bytes;          /* one completion ring */
 	uint64_t rings_off;         /* from the table: ring pair i at rings_off + i * (sq + cq) */
 	uint32_t pins_per_agent;    /* journal cells per slot; 0: no journal */
-	uint32_t _rsvd0;
+	uint32_t send_parts;        /* send pools in the send regions (0 as 1: older
+				     * brokers laid out one) */
 	uint64_t pins_off;          /* from the table: journal i: pins_off + i * pins_per_agent * 8 */
 	uint8_t  _pad[8];
 	struct pd_agent_slot slot[];
@@ -91,12 +95,21 @@ struct pd_layout_opts {
 	uint32_t pins_per_agent;    /* pin journal cells per agent, <= PD_PINS_MAX; 0: max(PD_PINS_MIN,
 				     * 2 x recv_slots) capped at PD_PINS_MAX; rounded up to a multiple
 				     * of PD_PINS_ROUND; none without recv slots */
+	uint32_t send_parts;        /* send pools: 0 or 1, one every sender shares; N (up to
+				     * PD_SEND_PARTS_MAX, dividing send_slots): N pools of
+				     * send_slots / N, each with its arena on pages of its own,
+				     * so a sender maps only its own writable */
 };
 
 /* Validated handles on everything in a segment. */
 struct pd_shm {
 	struct pd_segment seg;
-	struct pd_pool send;        /* valid when has_send */
+	struct pd_pool send;        /* valid when has_send: send pool 0 (an agent's
+				     * own, once pd_layout_send_own() chose it) */
+	struct pd_pool send_part[PD_SEND_PARTS_MAX]; /* the send pools: send_parts of them */
+	uint32_t send_parts;        /* 1 when has_send and laid out as one; 0 without */
+	uint64_t send_pool_stride;  /* send pool k at the send pool region + k x this */
+	uint64_t send_arena_stride; /* its arena at the send arena + k x this */
 	struct pd_pool recv;        /* valid when has_recv */
 	struct pd_index index;      /* valid when has_recv */
 	struct pd_agent_table *agents;
@@ -160,6 +173,26 @@ int pd_layout_pins_reclaim(struct pd_shm *s, uint32_t id, uint32_t *dropped);
  *         mprotect.
  */
 int pd_layout_protect_agents(struct pd_shm *s, uint32_t id);
+
+/* The send pool whose slots include ref's: its index in send_part[], or
+ * -EINVAL (no such slot); or the pool itself, or NULL. */
+int pd_layout_send_part(const struct pd_shm *s, pd_slot_ref ref);
+struct pd_pool *pd_layout_send_pool(struct pd_shm *s, pd_slot_ref ref);
+/* Send slots of every send pool together (0 without). */
+uint32_t pd_layout_send_slots(const struct pd_shm *s);
+/* Bytes of the send arena from its start to the last pool's last slot's end
+ * (every pool's payload in between: what RDMA registers). */
+uint64_t pd_layout_send_arena_len(const struct pd_shm *s);
+
+/**
+ * Agent: make send pool part this handle's own (s->send) and map every
+ * other send pool read-only and its arena inaccessible, so a stray write
+ * of this sender into another's loans or staged bytes faults here.
+ * Nothing to do with one pool.
+ * @return 0; -EINVAL no such pool; -ENOTSUP pools not on pages of their
+ *         own; -errno of mprotect.
+ */
+int pd_layout_send_own(struct pd_shm *s, uint32_t part);
 
 /* Detach (the creator also unlinks). NULL-safe. */
 void pd_layout_close(struct pd_shm *s);

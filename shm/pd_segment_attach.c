@@ -12,8 +12,9 @@
 #include "pd_segment.h"
 #include "pd_time.h"
 
-/* The lowest ABI minor this build can use. */
-static const uint16_t abi_minor_needed = PD_SHM_ABI_MINOR;
+/* The lowest ABI minor this build can use: 4.3's send pools read as one
+ * in a 4.2 segment (the agent table's send_parts and send_part are 0). */
+static const uint16_t abi_minor_needed = 2;
 
 static int check_region(const struct pd_shm_region *r, uint32_t i, size_t maplen,
 			char *err, size_t errlen)

@@ -38,13 +38,18 @@ int64_t pd_pool_arena_size(uint32_t nslots, uint64_t slot_size)
 
 int pd_pool_init(void *mem, size_t len, uint32_t nslots, uint64_t slot_size)
 {
+	return pd_pool_init_at(mem, len, nslots, slot_size, 0);
+}
+
+int pd_pool_init_at(void *mem, size_t len, uint32_t nslots, uint64_t slot_size, uint32_t base)
+{
 	struct pd_pool_shm *s = mem;
 	struct pd_pool p;
 	int64_t need = pd_pool_memsize(nslots);
 	int rc;
 
 	if (!mem || need < 0 || pd_pool_arena_size(nslots, slot_size) < 0 ||
-	    (uintptr_t)mem % PD_CACHE_LINE)
+	    (uintptr_t)mem % PD_CACHE_LINE || (uint64_t)base + nslots > UINT32_MAX)
 		return -EINVAL;
 	if ((uint64_t)need > len)
 		return -ENOSPC;
@@ -52,6 +57,7 @@ int pd_pool_init(void *mem, size_t len, uint32_t nslots, uint64_t slot_size)
 	s->nslots = nslots;
 	s->max_waiters = PD_POOL_MAX_WAITERS;
 	s->slot_size = slot_size;
+	s->base = base;
 	s->free_off = free_off();
 	s->desc_off = desc_off(nslots);
 	s->next_ticket = 1;
@@ -75,7 +81,7 @@ int pd_pool_init(void *mem, size_t len, uint32_t nslots, uint64_t slot_size)
 int pd_pool_open(struct pd_pool *p, void *mem, size_t len, void *arena, size_t arena_len)
 {
 	struct pd_pool_shm *s = mem;
-	uint32_t nslots;
+	uint32_t nslots, base;
 	uint64_t slot_size;
 	int64_t need;
 
@@ -86,8 +92,10 @@ int pd_pool_open(struct pd_pool *p, void *mem, size_t len, void *arena, size_t a
 	/* Read the geometry once; everything after uses the checked copy. */
 	nslots = s->nslots;
 	slot_size = s->slot_size;
+	base = s->base;
 	need = pd_pool_memsize(nslots);
 	if (s->magic != PD_POOL_MAGIC || need < 0 || (uint64_t)need > len ||
+	    (uint64_t)base + nslots > UINT32_MAX ||
 	    s->free_off != free_off() || s->desc_off != desc_off(nslots) ||
 	    pd_pool_arena_size(nslots, slot_size) < 0)
 		return -EPROTO;
@@ -100,13 +108,14 @@ int pd_pool_open(struct pd_pool *p, void *mem, size_t len, void *arena, size_t a
 		.arena = arena,
 		.slot_size = slot_size,
 		.nslots = nslots,
+		.base = base,
 	};
 	return 0;
 }
 
 void *pd_pool_data(const struct pd_pool *p, pd_slot_ref ref)
 {
-	uint32_t idx = PD_SLOT_REF_IDX(ref);
+	uint32_t idx = p ? pd_pool_lidx(p, ref) : 0;
 	const struct pd_slot_desc *d;
 
 	if (!p || !p->arena || idx >= p->nslots)
@@ -121,9 +130,9 @@ void *pd_pool_data(const struct pd_pool *p, pd_slot_ref ref)
 
 int pd_pool_desc_get(const struct pd_pool *p, uint32_t idx, struct pd_slot_desc *out)
 {
-	if (!p || !out || idx >= p->nslots)
+	if (!p || !out || idx - p->base >= p->nslots)
 		return -EINVAL;
-	memcpy(out, &p->desc[idx], sizeof(*out));
+	memcpy(out, &p->desc[idx - p->base], sizeof(*out));
 	return 0;
 }
 

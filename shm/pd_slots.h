@@ -103,7 +103,8 @@ struct pd_pool_shm {
 	uint32_t magic;          /* immutable after init; writer: broker */
 	uint32_t nslots;
 	uint32_t max_waiters;
-	uint32_t _rsvd0;
+	uint32_t base;           /* the index of its first slot: slot i is named i + base
+				  * (one pool of several, pd_pool_init_at()) */
 	uint64_t slot_size;
 	uint64_t free_off;       /* from the header: uint32_t free stack[nslots] */
 	uint64_t desc_off;       /* from the header: struct pd_slot_desc[nslots] */
@@ -134,6 +135,7 @@ struct pd_pool {
 	uint8_t *arena;            /* NULL when opened without payload access */
 	uint64_t slot_size;
 	uint32_t nslots;
+	uint32_t base;             /* references name slot i as i + base */
 	uint32_t resetter;         /* 1: the broker's handle: it makes an unusable
 				    * mutex new (pd_pool_lock_reset()); others wait */
 	uint64_t lock_resets;      /* ... how many times (this handle) */
@@ -163,6 +165,9 @@ int64_t pd_pool_memsize(uint32_t nslots);
 int64_t pd_pool_arena_size(uint32_t nslots, uint64_t slot_size);
 /* Broker: initialise in 64-aligned memory of len bytes. 0, -EINVAL, -ENOSPC. */
 int pd_pool_init(void *mem, size_t len, uint32_t nslots, uint64_t slot_size);
+/* The same for one pool of several whose slots are named from base on
+ * (references, pd_pool_desc_get()): base + nslots must fit 32 bits. */
+int pd_pool_init_at(void *mem, size_t len, uint32_t nslots, uint64_t slot_size, uint32_t base);
 /**
  * Check a pool read from shm and build a handle. arena (may be NULL) must
  * hold nslots * slot_size bytes.
@@ -256,9 +261,17 @@ void pd_pool_unlock(struct pd_pool *p);
 
 /* Payload of a live slot, or NULL for a bad or stale ref. */
 void *pd_pool_data(const struct pd_pool *p, pd_slot_ref ref);
-/* Copy of slot idx's descriptor; -EINVAL out of range. */
+/* Copy of slot idx's descriptor (idx as references name it: from the
+ * pool's base on); -EINVAL out of range. */
 int pd_pool_desc_get(const struct pd_pool *p, uint32_t idx, struct pd_slot_desc *out);
 /* Free slots now (racy snapshot). */
 uint32_t pd_pool_nfree(const struct pd_pool *p);
+
+/* The pool's own index of a reference's slot; nslots or more when the
+ * reference names no slot of this pool. */
+static inline uint32_t pd_pool_lidx(const struct pd_pool *p, pd_slot_ref ref)
+{
+	return PD_SLOT_REF_IDX(ref) - p->base;
+}
 
 #endif

@@ -193,7 +193,7 @@ static void wake_waiters(struct pd_pool_shm *s)
 static void take_undo(struct pd_pool *p, const pd_slot_ref *out, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
-		slot_set_state(&p->desc[PD_SLOT_REF_IDX(out[i])], PD_SLOT_FREE);
+		slot_set_state(&p->desc[pd_pool_lidx(p, out[i])], PD_SLOT_FREE);
 }
 
 /* Grant the top n entries of the free stack, checking each as it goes.
@@ -228,7 +228,7 @@ static int take_pass(struct pd_pool *p, const struct pd_pool_who *who, uint32_t 
 		d->len = 0;
 		d->flags = 0;
 		slot_set_state(d, w.state);
-		out[i] = PD_SLOT_REF(idx, gen);
+		out[i] = PD_SLOT_REF(idx + p->base, gen);
 	}
 	return 0;
 }
@@ -474,7 +474,7 @@ int pd_pool_alloc(struct pd_pool *p, const struct pd_pool_who *who, uint32_t n,
 static void unmark(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		struct pd_slot_desc *d = &p->desc[PD_SLOT_REF_IDX(refs[i])];
+		struct pd_slot_desc *d = &p->desc[pd_pool_lidx(p, refs[i])];
 
 		slot_set_state(d, slot_state(d) & ~STATE_MARK);
 	}
@@ -489,7 +489,7 @@ static int check_refs(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 	uint32_t nslots = p->nslots;
 
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t idx = PD_SLOT_REF_IDX(refs[i]), st;
+		uint32_t idx = pd_pool_lidx(p, refs[i]), st;
 
 		if (idx >= nslots || desc[idx].gen != PD_SLOT_REF_GEN(refs[i]) ||
 		    (st = slot_state(&desc[idx])) == PD_SLOT_FREE || (st & STATE_MARK)) {
@@ -510,14 +510,14 @@ static void push_free(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n)
 	uint32_t *stack = p->free_stack, nfree = p->shm->nfree;
 
 	for (uint32_t i = 0; i < n; i++)
-		slot_set_state(&desc[PD_SLOT_REF_IDX(refs[i])], PD_SLOT_FREE);
+		slot_set_state(&desc[pd_pool_lidx(p, refs[i])], PD_SLOT_FREE);
 	if (nfree > p->nslots - n) {
 		PD_LOG_RL(ERR, slot, "pool free count corrupt; rebuilding");
 		rebuild(p);
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		stack[nfree++] = PD_SLOT_REF_IDX(refs[i]);
+		stack[nfree++] = pd_pool_lidx(p, refs[i]);
 	p->shm->nfree = nfree;
 }
 
@@ -555,7 +555,7 @@ int pd_pool_set_state(struct pd_pool *p, const pd_slot_ref *refs, uint32_t n, ui
 		return rc;
 	rc = check_refs(p, refs, n);
 	for (uint32_t i = 0; rc == 0 && i < n; i++) {
-		struct pd_slot_desc *d = &p->desc[PD_SLOT_REF_IDX(refs[i])];
+		struct pd_slot_desc *d = &p->desc[pd_pool_lidx(p, refs[i])];
 
 		d->owner = owner;
 		d->pid = pd_self_pid();
@@ -616,12 +616,12 @@ int pd_pool_reclaim_slot(struct pd_pool *p, pd_slot_ref ref, uint32_t state)
 	struct pd_slot_desc *d;
 	int rc;
 
-	if (!p || PD_SLOT_REF_IDX(ref) >= p->nslots || state == PD_SLOT_FREE)
+	if (!p || pd_pool_lidx(p, ref) >= p->nslots || state == PD_SLOT_FREE)
 		return -EINVAL;
 	rc = lock_short(p, PD_POOL_OWNER_NONE);
 	if (rc < 0)
 		return rc;
-	d = &p->desc[PD_SLOT_REF_IDX(ref)];
+	d = &p->desc[pd_pool_lidx(p, ref)];
 	rc = slot_state(d) == state && d->gen == PD_SLOT_REF_GEN(ref);
 	if (rc) {
 		slot_set_state(d, PD_SLOT_FREE);
@@ -745,7 +745,7 @@ int pd_pool_resync(struct pd_pool *p, uint32_t owner,
 	for (uint32_t i = 0; i < p->nslots; i++) {
 		struct pd_slot_truth t = { .state = PD_SLOT_FREE };
 
-		truth(ctx, i, &t);
+		truth(ctx, i + p->base, &t);
 		n += resync_one(p, i, owner, &t);
 	}
 	for (uint32_t i = 0; i < PD_POOL_MAX_WAITERS; i++) {

@@ -64,6 +64,9 @@ static const struct pd_cfg_def pd_cfg[] = {
 	  .help = "Prometheus metrics over HTTP at /metrics (port 0: any free one)" },
 	{ .name = "send-slots", .type = PD_CFG_T_U32, FIELD(send_slots), .max = PD_CFG_SLOTS_MAX,
 	  .def = "256", .arg = "N", .help = "slots in the send pool" },
+	{ .name = "send-pools", .type = PD_CFG_T_U32, FIELD(send_pools), .min = 1,
+	  .max = PD_CFG_SEND_POOLS_MAX, .def = "1", .arg = "N",
+	  .help = "split the send slots into N pools: each sender writes only its own" },
 	{ .name = "recv-slots", .type = PD_CFG_T_U32, FIELD(recv_slots), .max = PD_CFG_SLOTS_MAX,
 	  .def = "256", .arg = "N", .help = "slots in the receive pool" },
 	{ .name = "slot-size", .type = PD_CFG_T_SIZE, FIELD(slot_size), .min = PD_CFG_SLOT_ALIGN,
@@ -301,6 +304,9 @@ int pd_config_validate(const struct pd_config *cfg, char *err, size_t errlen)
 	}
 	if ((uint64_t)cfg->send_slots + cfg->recv_slots == 0)
 		return pd_cfg_fail(err, errlen, "--send-slots, --recv-slots: both are 0");
+	if (cfg->send_slots % cfg->send_pools)
+		return pd_cfg_fail(err, errlen, "--send-pools %u: must divide --send-slots (%u)",
+				   cfg->send_pools, cfg->send_slots);
 	if (!cfg->curve_key[0] != !cfg->curve_peers[0])
 		return pd_cfg_fail(err, errlen, cfg->curve_key[0] ?
 				   "--curve-key: needs --curve-peers (the keys it admits)" :

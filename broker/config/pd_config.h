@@ -35,6 +35,7 @@
 #define PD_CFG_ENDPOINT_MAX 256u       /* incl. NUL */
 #define PD_CFG_IPC_PATH_MAX 107u       /* sun_path minus the NUL */
 #define PD_CFG_SLOTS_MAX    (1u << 24) /* per pool */
+#define PD_CFG_SEND_POOLS_MAX 64u      /* PD_SEND_PARTS_MAX of the segment */
 #define PD_CFG_SLOT_ALIGN   4096u
 #define PD_CFG_SLOT_MAX     (1ull << 30)
 
@@ -65,6 +66,7 @@ struct pd_config {
 	uint64_t recv_ttl_ns;
 	uint64_t heartbeat_ns;
 	uint32_t send_slots;
+	uint32_t send_pools;              /* --send-pools: 1..PD_CFG_SEND_POOLS_MAX, divides send_slots */
 	uint32_t recv_slots;
 	uint32_t data_threads;
 	uint32_t max_agents;              /* --max-agents: 1..PD_MAX_AGENTS (the segment's table) */

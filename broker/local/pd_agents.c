@@ -196,6 +196,25 @@ void pd_agents_get_stats(const struct pd_agents *ag, struct pd_agents_stats *out
 
 /* ---- admitting ---------------------------------------------------------------------- */
 
+/* The send pool for a sender taking agent slot id: the one the fewest
+ * other senders (attached, or fenced and not yet gone) loan from, the
+ * lowest such. With as many pools as senders, each has its own. */
+static uint32_t pick_send_pool(const struct pd_shm *s, uint32_t id)
+{
+	uint32_t n[PD_SEND_PARTS_MAX] = { 0 }, best = 0;
+
+	for (uint32_t i = 0; s->send_parts > 1 && i < s->max_agents; i++) {
+		const struct pd_agent_slot *o = &s->agents->slot[i];
+
+		if (i + 1 != id && (o->roles & PD_ROLE_SEND) && o->send_part < s->send_parts &&
+		    atomic_load_explicit(&o->state, memory_order_relaxed) != PD_AGENT_FREE)
+			n[o->send_part]++;
+	}
+	for (uint32_t k = 1; k < s->send_parts; k++)
+		best = n[k] < n[best] ? k : best;
+	return best;
+}
+
 static void fill_slot(struct ent *e, const struct pd_attach_hello *h, const struct ucred *cred)
 {
 	struct pd_agent_slot *s = &e->ag->o.shm->agents->slot[e->id - 1];
@@ -205,6 +224,9 @@ static void fill_slot(struct ent *e, const struct pd_attach_hello *h, const stru
 	s->pid = cred->pid;
 	s->roles = h->roles;
 	s->tp_rank = h->tp_rank;
+	/* An agent from before 4.3 knows one send pool: the first. */
+	s->send_part = (h->roles & PD_ROLE_SEND) && h->abi_minor >= 3 ?
+		       pick_send_pool(e->ag->o.shm, e->id) : 0;
 	e->tp_rank = h->tp_rank;
 	e->tp_size = h->tp_size;
 	s->attached_ns = (uint64_t)now.tv_sec * PD_NS_PER_S + (uint64_t)now.tv_nsec;

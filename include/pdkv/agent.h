@@ -200,14 +200,17 @@ int pd_req_state(struct pd_agent *a, const char *req_id, int32_t *status);
  * slots only if n are free now, else -ETIMEDOUT at once; with a timeout
  * it first waits (at most that long) for the admission, holding nothing,
  * and only then for slots, behind earlier callers (FIFO) within what is
- * left of the timeout.
+ * left of the timeout. The slots come from the agent's send pool: the
+ * broker's one, or, on a broker with several (pdbroker --send-pools), the
+ * one it gave this agent at attach, which only this agent's callers (and
+ * any sender sharing it) wait in.
  * @param slots  n entries, written on success.
  * @return 0; -EAGAIN not admitted yet (nothing loaned: come back later);
  *         -ENOENT req_id was never declared (pd_declare); -ETIMEDOUT no
  *         staging in time (admitted, the pool busy); -ECANCELED the
  *         request was cancelled or failed, before or during the wait (its
  *         PD_EV_PUT_FAILED and pd_req_state() say why); -EALREADY the
- *         request completed; -E2BIG n exceeds the send pool; -ENOTCONN
+ *         request completed; -E2BIG n exceeds the (agent's) send pool; -ENOTCONN
  *         the broker is gone; -EINVAL (also: not attached with
  *         PD_AGENT_SEND, or the broker has no send pool).
  */

@@ -23,7 +23,7 @@ extern "C" {
  * refuses a segment whose major differs or whose minor is lower than it
  * needs. */
 #define PD_SHM_ABI_MAJOR 4
-#define PD_SHM_ABI_MINOR 2
+#define PD_SHM_ABI_MINOR 3
 
 /**
  * Version of the library as a string, e.g. "0.1.0".

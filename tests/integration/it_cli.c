@@ -103,6 +103,13 @@ static void test_unknown_group_refused(void **state)
 	refused("--group", "no-such-group-pdkv");
 }
 
+/* The default 256 send slots do not make 3 pools of one size. */
+static void test_send_pools_that_do_not_divide_refused(void **state)
+{
+	(void)state;
+	refused("--send-pools", "3");
+}
+
 static void test_required_transport_missing_refused(void **state)
 {
 	(void)state;
@@ -155,6 +162,7 @@ int main(void)
 		cmocka_unit_test(test_send_pool_deeper_than_a_transport_starts),
 		cmocka_unit_test(test_unknown_group_refused),
 		cmocka_unit_test(test_required_transport_missing_refused),
+		cmocka_unit_test(test_send_pools_that_do_not_divide_refused),
 		cmocka_unit_test(test_too_many_agents_refused),
 		cmocka_unit_test(test_help_lists_max_agents),
 	};

@@ -317,7 +317,9 @@ static inline uint32_t it_free_slots(const struct pd_test_broker *b, int recv)
 
 	assert_int_equal(pd_segment_attach(b->name, PD_SEG_RDONLY, 1000, &seg, NULL, 0), 0);
 	assert_int_equal(pd_layout_open(&seg, &s, NULL, 0), 0);
-	n = pd_pool_nfree(recv ? &s.recv : &s.send);
+	n = recv ? pd_pool_nfree(&s.recv) : 0;
+	for (uint32_t k = 0; !recv && k < s.send_parts; k++) /* every send pool */
+		n += pd_pool_nfree(&s.send_part[k]);
 	pd_layout_close(&s);
 	return n;
 }

@@ -32,6 +32,7 @@
 struct scribble {
 	const struct pd_test_broker *b;
 	int region;                  /* PD_REGION_*, or -1: the header */
+	int own_pool;                /* scribble_beside: a send pool of its own (--send-pools) */
 };
 
 /* The child: attach as a decode agent, then write where it must not. It
@@ -230,11 +231,12 @@ static uint32_t rnd(uint64_t *x)
 }
 
 /* One round of garbage over what an agent may write in the send pool:
- * counts, the free stack, unused waiter entries, the counters, and the
- * descriptors of free slots. A live waiter entry or an allocated slot's
- * descriptor is another agent's own state: rewriting it can still fail
- * or spoil that agent's request (the pool is shared by design). */
-static void scribble_pool(struct pd_pool_shm *s, uint32_t nslots, uint64_t *x)
+ * counts, the free stack, waiter entries, the counters, and descriptors.
+ * In a shared pool (all 0) only unused waiter entries and free slots'
+ * descriptors: a live entry or an allocated slot's descriptor is another
+ * agent's own state, and rewriting it can fail or spoil that agent's
+ * request. In a pool of its own (all 1) everything is its own. */
+static void scribble_pool(struct pd_pool_shm *s, uint32_t nslots, int all, uint64_t *x)
 {
 	uint32_t *stack = (uint32_t *)((uint8_t *)s + s->free_off);
 	struct pd_slot_desc *d = (struct pd_slot_desc *)((uint8_t *)s + s->desc_off);
@@ -245,16 +247,21 @@ static void scribble_pool(struct pd_pool_shm *s, uint32_t nslots, uint64_t *x)
 	s->nfree = rnd(x) % (2 * nslots);
 	s->nwaiters = rnd(x) % 8;
 	stack[rnd(x) % nslots] = rnd(x) % (nslots + 4);
-	if (w->ticket == 0) /* a live one is its waiter's (see the top) */
+	if (all || w->ticket == 0) /* a live one is its waiter's (see the top) */
 		*w = garbage;
 	memset(&s->stats, rnd(x) & 0xff, sizeof(s->stats));
 	for (uint32_t i = 0; i < 4; i++) {
 		struct pd_slot_desc *e = &d[rnd(x) % nslots];
-
 		uint32_t free_state = PD_SLOT_FREE;
 
-		(void)atomic_compare_exchange_strong(&e->state, &free_state,
-						     6 + rnd(x) % 100); /* no state at all */
+		if (all) { /* any state, any owner, any generation */
+			e->owner = rnd(x) % 8;
+			e->gen = rnd(x);
+			atomic_store(&e->state, rnd(x) % 100);
+		} else {
+			(void)atomic_compare_exchange_strong(&e->state, &free_state,
+							     6 + rnd(x) % 100); /* no state at all */
+		}
 	}
 }
 
@@ -274,8 +281,16 @@ static int scribble_beside(void *arg)
 		return 2;
 	memcpy(&h, base, sizeof(h));
 	pool = (struct pd_pool_shm *)(base + h.regions[PD_REGION_SEND_POOL].off);
+	if (sc->own_pool) { /* its own pool and its arena, all of them */
+		if (a->shm.send_parts < 2)
+			return 4;
+		pool = a->shm.send.shm;
+	}
 	for (int i = 0; i < SCRIBBLE_ROUNDS; i++) {
-		scribble_pool(pool, pool->nslots, &x);
+		scribble_pool(pool, a->shm.send.nslots, sc->own_pool, &x);
+		if (sc->own_pool)
+			memset(a->shm.send.arena, (int)(rnd(&x) & 0xff),
+			       a->shm.send.nslots * a->shm.send.slot_size);
 		if (i == SCRIBBLE_ROUNDS / 2)
 			memset(&pool->lock, 0xa5, sizeof(pool->lock));
 		(void)usleep(20 * 1000);
@@ -316,15 +331,21 @@ static int scribble_journal(void *arg)
 	return 0;
 }
 
-static void test_scribbler_beside_pdbench(void **state)
+/* pdbench on two agents beside a scribbler: it completes and verifies
+ * everything, and the scribbler is fenced. With pools (4: the fixture's
+ * agent, the scribbler and pdbench's two each have one of their own) the
+ * scribbler writes garbage over every byte of its own pool and arena,
+ * live entries and its loans included. */
+static void beside_pdbench(const char *pools)
 {
-	struct it *t = it_start(64, 64);
-	struct scribble sc = { .b = &t->p }, sj = { .b = &t->d };
+	const char *const extra[] = { "--send-pools", pools, NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 64, .recv_slots = 64,
+							.p_extra = pools ? extra : NULL });
+	struct scribble sc = { .b = &t->p, .own_pool = pools != NULL }, sj = { .b = &t->d };
 	struct pd_run_result r = { 0 };
 	char bin[128];
 	pid_t pid, jpid;
 
-	(void)state;
 	assert_int_equal(pd_run_bin("pdbench", bin, sizeof(bin)), 0);
 	pid = pd_test_fork(scribble_beside, &sc);
 	assert_true(pid > 0);
@@ -359,6 +380,18 @@ static void test_scribbler_beside_pdbench(void **state)
 	it_stop(t, 0);
 }
 
+static void test_scribbler_beside_pdbench(void **state)
+{
+	(void)state;
+	beside_pdbench(NULL);
+}
+
+static void test_scribbler_in_its_own_send_pool_beside_pdbench(void **state)
+{
+	(void)state;
+	beside_pdbench("4");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -366,6 +399,7 @@ int main(void)
 		cmocka_unit_test(test_stray_writes_into_others_fault),
 		cmocka_unit_test(test_receiver_cannot_write_the_send_side),
 		cmocka_unit_test(test_scribbler_beside_pdbench),
+		cmocka_unit_test(test_scribbler_in_its_own_send_pool_beside_pdbench),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -82,6 +82,8 @@ static int setup(void **state)
 	assert_int_equal(pd_pool_init(f->pool_mem, plen, SLOTS, SLOT), 0);
 	assert_int_equal(pd_pool_open(&f->b.shm.send, f->pool_mem, plen, f->arena, alen), 0);
 	f->b.shm.has_send = 1;
+	f->b.shm.send_part[0] = f->b.shm.send; /* one send pool */
+	f->b.shm.send_parts = 1;
 	f->b.px = calloc(MAX_TOKENS, sizeof(*f->b.px));
 	assert_non_null(f->b.px);
 	f->x.base.ops = &rec_ops;

@@ -100,6 +100,51 @@ static void test_bad_opts_are_refused(void **state)
 	expect_bad_opts(f, o);
 	o = f->o, o.pins_per_agent = PD_PINS_MAX + 1;
 	expect_bad_opts(f, o);
+	o = f->o, o.send_parts = 3; /* does not divide 8 */
+	expect_bad_opts(f, o);
+	o = f->o, o.send_slots = 2 * PD_SEND_PARTS_MAX + 2, o.send_parts = PD_SEND_PARTS_MAX + 1;
+	expect_bad_opts(f, o);
+}
+
+/* --send-pools: pools of their own, slots named from each one's base, each
+ * arena on 2 MiB of its own; an attacher opens the same; a reference is
+ * of one pool only. */
+static void test_send_pools_of_their_own(void **state)
+{
+	struct fx *f = *state;
+	struct pd_pool_who who = { .owner = 1, .pid = 1, .tag = 9, .state = PD_SLOT_LOANED };
+	pd_slot_ref r[2];
+
+	f->o.send_parts = 4;
+	create_ok(f);
+	assert_int_equal(attach(f), 0);
+	assert_int_equal(f->agent.send_parts, 4);
+	assert_int_equal(f->broker.agents->send_parts, 4);
+	assert_int_equal(pd_layout_send_slots(&f->agent), 8);
+	for (uint32_t k = 0; k < 4; k++) {
+		const struct pd_pool *p = &f->agent.send_part[k];
+
+		assert_int_equal(p->nslots, 2);
+		assert_int_equal(p->base, 2 * k);
+		assert_int_equal((uint8_t *)p->shm - (uint8_t *)f->agent.send_part[0].shm,
+				 (long)(k * f->agent.send_pool_stride));
+		assert_int_equal(p->arena - f->agent.send_part[0].arena, (long)k << 21);
+		assert_int_equal(f->agent.send_pool_stride % PD_REGION_PAGE, 0);
+	}
+	assert_int_equal(pd_layout_send_arena_len(&f->agent), 3 * (2u << 20) + 2 * 4096);
+	assert_int_equal(pd_pool_alloc(&f->broker.send_part[2], &who, 2, 0, r), 0);
+	assert_int_equal(PD_SLOT_REF_IDX(r[0]) / 2, 2);
+	assert_ptr_equal(pd_layout_send_pool(&f->agent, r[1]), &f->agent.send_part[2]);
+	assert_int_equal(pd_layout_send_part(&f->agent, PD_SLOT_REF(8, 1)), -EINVAL);
+	assert_non_null(pd_pool_data(&f->agent.send_part[2], r[0]));
+	assert_null(pd_pool_data(&f->agent.send_part[1], r[0])); /* not its slot */
+	assert_int_equal(pd_pool_free(&f->broker.send_part[1], r, 2), -ESTALE);
+	assert_int_equal(pd_pool_nfree(&f->agent.send_part[2]), 0);
+	assert_int_equal(pd_pool_free(&f->broker.send_part[2], r, 2), 0);
+	assert_int_equal(pd_pool_nfree(&f->agent.send_part[2]), 2);
+	assert_int_equal(pd_layout_send_own(&f->agent, 4), -EINVAL);
+	assert_int_equal(pd_layout_send_own(&f->agent, 1), 0);
+	assert_int_equal(f->agent.send.base, 2);
 }
 
 static void test_corrupt_agent_table_is_refused(void **state)
@@ -314,6 +359,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_corrupt_agent_table_is_refused, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_rings_out_of_range, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_send_pools_of_their_own, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_attacher_shares_pools_index_and_rings,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_send_only_broker_has_no_recv_side, setup,

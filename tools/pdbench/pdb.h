@@ -50,6 +50,7 @@ struct pd_bench_opts {
 	uint32_t nprefill, ndecode, tp;
 	char transport[64];
 	uint32_t recv_slots, send_slots;
+	uint32_t send_pools;             /* --send-pools of the prefill brokers (--local) */
 	uint64_t slot_size;          /* chunk size (and, with --local, the slot size) */
 	int slot_size_set;
 	uint32_t requests, concurrency; /* requests: every request run, warm-up included */

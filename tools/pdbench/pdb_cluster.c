@@ -76,7 +76,7 @@ static int find_broker_bin(const struct pd_bench_opts *o, char *buf, size_t len)
 static void broker_exec(const char *bin, const struct pd_bench_opts *o,
 			const struct pd_bench_cluster *c, const struct pd_bench_broker *b)
 {
-	char slot[32], send[16], recv[16], data[80];
+	char slot[32], send[16], recv[16], data[80], pools[16];
 	const char *argv[32] = { bin, "--name", b->name, "--rundir", c->rundir, "--ctrl", b->ctrl,
 				 "--data", data, "--heartbeat", "200ms", "--log-file",
 				 b->log, "--slot-size", slot, "--transport", o->transport,
@@ -88,6 +88,11 @@ static void broker_exec(const char *bin, const struct pd_bench_opts *o,
 	(void)snprintf(slot, sizeof(slot), "%" PRIu64 "K", o->slot_size >> 10);
 	(void)snprintf(send, sizeof(send), "%" PRIu32, b->decode ? 0 : o->send_slots);
 	(void)snprintf(recv, sizeof(recv), "%" PRIu32, b->decode ? o->recv_slots : 0);
+	if (!b->decode && o->send_pools > 1) {
+		(void)snprintf(pools, sizeof(pools), "%" PRIu32, o->send_pools);
+		argv[n++] = "--send-pools";
+		argv[n++] = pools;
+	}
 	if (!b->decode && o->proxy[0]) {
 		argv[n++] = "--proxy";
 		argv[n++] = o->proxy;

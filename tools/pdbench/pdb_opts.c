@@ -34,6 +34,8 @@ static void usage(FILE *f)
 "  --transport LIST      data transports of the brokers (default tcp)\n"
 "  --recv-slots N        receive slots of each decode broker (default 64)\n"
 "  --send-slots N        send slots of each prefill broker (default 128)\n"
+"  --send-pools N        send pools of each prefill broker, each rank loaning from its own\n"
+"                        when N >= --tp (pdbroker --send-pools; default 1: one they share)\n"
 "  --slot-size SIZE      slot size, K/M/G suffixes, a multiple of 4K (default 256K);\n"
 "                        without --local: the chunk size (default: the brokers' slot size)\n"
 "  --proxy ENDPOINT      passed to the prefill brokers (--local)\n"
@@ -299,7 +301,7 @@ enum {
 	O_REQUESTS, O_CONC, O_CHUNKS, O_CMIN, O_CMAX, O_BATCH, O_ABORT, O_PARTIAL, O_PROXY,
 	O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_BIN, O_KEEP, O_PNAME, O_DNAME, O_DCTRL,
 	O_RUNDIR, O_WAIT, O_PHOST, O_DHOST, O_ENGINE, O_HOLD, O_INJECT, O_WARMUP, O_SWEEP, O_SW_CHUNKS, O_SW_BATCH,
-	O_SW_CONC, O_SW_BYTES, O_HELP, O_END
+	O_SW_CONC, O_SW_BYTES, O_POOLS, O_HELP, O_END
 };
 
 static const struct option longopts[] = {
@@ -310,6 +312,7 @@ static const struct option longopts[] = {
 	{ "transport", required_argument, NULL, O_TRANSPORT },
 	{ "recv-slots", required_argument, NULL, O_RECV },
 	{ "send-slots", required_argument, NULL, O_SEND },
+	{ "send-pools", required_argument, NULL, O_POOLS },
 	{ "slot-size", required_argument, NULL, O_SLOT },
 	{ "requests", required_argument, NULL, O_REQUESTS },
 	{ "concurrency", required_argument, NULL, O_CONC },
@@ -357,6 +360,7 @@ static void defaults(struct pd_bench_opts *o)
 	(void)strcpy(o->dhost, "127.0.0.1");
 	o->recv_slots = 64;
 	o->send_slots = 128;
+	o->send_pools = 1;
 	o->slot_size = 256u << 10;
 	o->requests = 200;
 	o->concurrency = 8;
@@ -401,6 +405,7 @@ static int one(struct pd_bench_opts *o, int c, const char *a)
 	case O_TRANSPORT: return get_transport(a, o->transport, sizeof(o->transport));
 	case O_RECV: return get_u32("--recv-slots", a, 1, 1u << 24, &o->recv_slots);
 	case O_SEND: return get_u32("--send-slots", a, 1, 1u << 24, &o->send_slots);
+	case O_POOLS: return get_u32("--send-pools", a, 1, 64, &o->send_pools);
 	case O_SLOT: o->slot_size_set = 1; return get_size("--slot-size", a, &o->slot_size);
 	case O_REQUESTS: return get_u32("--requests", a, 1, PD_BENCH_MAX_REQS, &o->requests);
 	case O_CONC: return get_u32("--concurrency", a, 1, PD_BENCH_MAX_CONC, &o->concurrency);
@@ -492,7 +497,8 @@ static int check_mode(const struct pd_bench_opts *o, const int *seen)
 	static const struct { int id; const char *name; int local; } only[] = {
 		{ O_PREFILL, "--prefill", 1 }, { O_DECODE, "--decode", 1 },
 		{ O_TRANSPORT, "--transport", 1 }, { O_RECV, "--recv-slots", 1 },
-		{ O_SEND, "--send-slots", 1 }, { O_PROXY, "--proxy", 1 },
+		{ O_SEND, "--send-slots", 1 }, { O_POOLS, "--send-pools", 1 },
+		{ O_PROXY, "--proxy", 1 },
 		{ O_BIN, "--broker-bin", 1 }, { O_KEEP, "--keep-logs", 1 },
 		{ O_PHOST, "--prefill-host", 1 }, { O_DHOST, "--decode-host", 1 },
 		{ O_PNAME, "--prefill-name", 0 }, { O_DNAME, "--decode-name", 0 },
@@ -529,9 +535,11 @@ static int check_sizes(const struct pd_bench_opts *o, const int *seen)
 			       PRIu64 " receive slots", (uint64_t)o->chunks_max * o->tp);
 		return bad("--recv-slots", what, NULL);
 	}
+	if (o->send_slots % o->send_pools)
+		return bad("--send-pools", "must divide --send-slots", NULL);
 	if (o->local && !o->sweep &&
-	    (o->batch < o->chunks_max ? o->batch : o->chunks_max) > o->send_slots)
-		return bad("--batch", "larger than --send-slots", NULL);
+	    (o->batch < o->chunks_max ? o->batch : o->chunks_max) > o->send_slots / o->send_pools)
+		return bad("--batch", "larger than --send-slots (of one send pool)", NULL);
 	if (o->json && !o->json[0])
 		return bad("--json", "expected a file name", "");
 	if ((uint64_t)o->requests + o->warmup > PD_BENCH_MAX_REQS)

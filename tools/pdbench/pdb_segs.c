@@ -111,8 +111,8 @@ static uint64_t in_use(const struct pd_shm *s)
 {
 	uint64_t n = 0;
 
-	if (s->has_send)
-		n += s->send.nslots - pd_pool_nfree(&s->send);
+	for (uint32_t k = 0; s->has_send && k < s->send_parts; k++)
+		n += s->send_part[k].nslots - pd_pool_nfree(&s->send_part[k]);
 	if (s->has_recv)
 		n += s->recv.nslots - pd_pool_nfree(&s->recv);
 	return n;

@@ -45,8 +45,10 @@ static void plan(struct row *w, const struct pd_bench_opts *base)
 	o->concurrency = w->conc;
 	if (!base->recv_set)
 		o->recv_slots = w->batch * base->tp * w->conc;
-	if (!base->send_set)
-		o->send_slots = w->batch * base->tp * w->conc;
+	if (!base->send_set) /* each send pool room for a rank's batches in flight */
+		o->send_slots = w->batch * w->conc * (base->tp > base->send_pools ? base->tp :
+								  base->send_pools);
+	o->send_slots += (base->send_pools - o->send_slots % base->send_pools) % base->send_pools;
 	o->warmup = base->warmup_set ? base->warmup : 2 * w->conc;
 	n = (base->sweep_bytes + per_req - 1) / per_req;
 	if (n < MIN_REQS_PER_CONC * w->conc)

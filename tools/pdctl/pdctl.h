@@ -90,6 +90,7 @@ int pdctl_flush(int code);
 struct pdctl_pool {
 	int present;
 	uint32_t slots, free, used, hwm;
+	uint32_t pools;          /* pools added up (--send-pools); 1 for the recv pool */
 };
 
 /* Everything status and metrics show, copied out of the segment. */

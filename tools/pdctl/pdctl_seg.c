@@ -161,19 +161,21 @@ static int build_values(const struct pd_shm *shm, struct pdctl_snap *s)
 	return 0;
 }
 
-static void read_pool(const struct pd_pool *p, int present, struct pdctl_pool *out)
+/* n pools (the send pools, or the recv pool) as one. */
+static void read_pool(const struct pd_pool *p, uint32_t n, struct pdctl_pool *out)
 {
 	memset(out, 0, sizeof(*out));
-	if (!present)
-		return;
-	out->present = 1;
-	out->slots = p->nslots;
-	out->free = pd_pool_nfree(p);
+	out->present = n != 0;
+	out->pools = n;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t hwm = (uint32_t)atomic_load_explicit(&p[k].shm->stats.high_water,
+							      memory_order_relaxed);
+
+		out->slots += p[k].nslots;
+		out->free += pd_pool_nfree(&p[k]);
+		out->hwm += hwm > p[k].nslots ? p[k].nslots : hwm;
+	}
 	out->used = out->slots - out->free;
-	out->hwm = (uint32_t)atomic_load_explicit(&p->shm->stats.high_water,
-						  memory_order_relaxed);
-	if (out->hwm > out->slots)
-		out->hwm = out->slots;
 }
 
 static void read_header(const struct pd_shm *shm, struct pdctl_snap *s)
@@ -193,7 +195,7 @@ static void read_header(const struct pd_shm *shm, struct pdctl_snap *s)
 		if (atomic_load_explicit(&shm->agents->slot[i].state, memory_order_relaxed) ==
 		    PD_AGENT_ATTACHED)
 			s->agents++;
-	read_pool(&shm->send, shm->has_send, &s->send);
+	read_pool(shm->send_part, shm->has_send ? shm->send_parts : 0, &s->send);
 	read_pool(&shm->recv, shm->has_recv, &s->recv);
 }
 

@@ -127,6 +127,9 @@ static void print_pool(const char *name, const struct pdctl_pool *p)
 {
 	if (!p->present)
 		printf("  %-6s %8s\n", name, "none");
+	else if (p->pools > 1)
+		printf("  %-6s %8u %8u %8u %8u  (%u pools of %u, one per sender)\n", name,
+		       p->slots, p->used, p->free, p->hwm, p->pools, p->slots / p->pools);
 	else
 		printf("  %-6s %8u %8u %8u %8u\n", name, p->slots, p->used, p->free, p->hwm);
 }

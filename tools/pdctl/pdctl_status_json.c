@@ -2,7 +2,7 @@
 /*
  * pdctl status --json: one object.
  *   {"name", "pid", "epoch", "state", "start_ns", "uptime_s",
- *    "info": {...}, "pools": {"send": {slots, used, free, hwm}, "recv": ...},
+ *    "info": {...}, "pools": {"send": {slots, used, free, hwm, pools}, "recv": ...},
  *    "admission": {...}, "agents": N, "max_agents": N, "peers": [...],
  *    "requests": {...},
  *    "moved": {...}, "errors": {...}, "counters": {name: value},
@@ -13,9 +13,10 @@
 
 static json_t *pool_json(const struct pdctl_pool *p)
 {
-	return json_pack("{s:b, s:I, s:I, s:I, s:I}", "present", p->present,
+	return json_pack("{s:b, s:I, s:I, s:I, s:I, s:I}", "present", p->present,
 			 "slots", (json_int_t)p->slots, "used", (json_int_t)p->used,
-			 "free", (json_int_t)p->free, "hwm", (json_int_t)p->hwm);
+			 "free", (json_int_t)p->free, "hwm", (json_int_t)p->hwm,
+			 "pools", (json_int_t)p->pools);
 }
 
 static json_t *info_json(const struct pdctl_snap *s)

@@ -103,7 +103,7 @@ static int data_host(const char *data, char *host, size_t hlen)
 static void opts_of(const struct pd_xport_env *env, struct rdma_x *x, const char *host,
 		    struct pd_rdma_opts *o)
 {
-	const struct pd_pool *sp = &env->shm->send, *rp = &env->shm->recv;
+	const struct pd_pool *rp = &env->shm->recv;
 
 	pd_rdma_opts_init(o);
 	o->dev = env->rdma_dev[0] ? env->rdma_dev : NULL;
@@ -113,8 +113,8 @@ static void opts_of(const struct pd_xport_env *env, struct rdma_x *x, const char
 		o->recv_len = (uint64_t)rp->nslots * rp->slot_size;
 	}
 	if (env->shm->has_send) {
-		o->send_base = sp->arena;
-		o->send_len = (uint64_t)sp->nslots * sp->slot_size;
+		o->send_base = env->shm->send_part[0].arena; /* every send pool's */
+		o->send_len = pd_layout_send_arena_len(env->shm);
 	}
 	o->ops = &rdma_up;
 	o->ctx = x;
