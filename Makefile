@@ -418,10 +418,11 @@ clean:
 
 # The main job: a local 2P1D cluster over TCP, 200 requests of chunked
 # prefill (16 chunks in batches of 4) with 8 in flight against a receive
-# pool of 64 slots, so admission has to queue; every byte is verified.
+# pool of 64 slots, so admission has to queue; each prefill rank stages in
+# a send pool of its own (64 slots); every byte is verified.
 DEMO_ARGS ?= --local --prefill 2 --decode 1 --tp 2 --transport tcp --requests 200 \
 	     --concurrency 8 --chunks 16 --batch 4 --slot-size 256K --recv-slots 64 \
-	     --send-slots 128 --abort-rate 0.05 --seed 1 --engine step
+	     --send-slots 128 --send-pools 2 --abort-rate 0.05 --seed 1 --engine step
 .PHONY: demo demo-llm compare-peers
 demo: all
 	@echo "make demo: pdbench $(DEMO_ARGS)"
