@@ -28,6 +28,7 @@
 
 #include <pdkv/agent.h>
 
+#include "pd_agent_int.h"
 #include "pd_compiler.h"
 #include "pd_hugetlb.h"
 #include "pd_layout.h"
@@ -64,12 +65,15 @@ static void nap_ms(uint32_t ms)
 struct pair {
 	struct pd_test_broker p, d;
 	struct pd_agent *pa, *da;
+	struct pd_agent *first;      /* huge: a sender before pa, so pa's pool is the 2nd */
 	char send[16], recv[16], pdata[64], ddata[64];
 	const char *pargs[24], *dargs[24];
 };
 
 /* rdma: --transport rdma,tcp --require rdma; else --transport tcp.
- * huge: --hugepages on (the arenas in hugetlb pages, or no start). */
+ * huge: --hugepages on (the arenas in hugetlb pages, or no start), and
+ * two send pools: RDMA WRITEs from the second's slots, 2 MiB on in the
+ * one registered arena. */
 static void args_of(const char **v, const char *send, const char *recv, const char *data,
 		    int rdma, int huge)
 {
@@ -83,6 +87,10 @@ static void args_of(const char **v, const char *send, const char *recv, const ch
 	if (rdma) {
 		v[n++] = "--require";
 		v[n++] = "rdma";
+	}
+	if (huge && strcmp(send, "0") != 0) {
+		v[n++] = "--send-pools";
+		v[n++] = "2";
 	}
 	v[n] = NULL;
 }
@@ -104,8 +112,12 @@ static int pair_start_huge(struct pair *t, uint32_t send, uint32_t recv, int d_r
 		rc = pd_test_broker_start(&t->p, "rdmaP", t->pargs);
 	if (rc == 0)
 		rc = pd_test_agent_attach(&t->d, PD_AGENT_RECV, &t->da);
+	if (rc == 0 && huge)
+		rc = pd_test_agent_attach(&t->p, PD_AGENT_SEND, &t->first);
 	if (rc == 0)
 		rc = pd_test_agent_attach(&t->p, PD_AGENT_SEND, &t->pa);
+	if (rc == 0 && huge && t->pa->shm.send.base == 0)
+		rc = -EPROTO; /* the second sender's own pool is the second */
 	return rc;
 }
 
@@ -123,7 +135,8 @@ static void pair_stop(struct pair *t, const char *tag)
 
 	pd_agent_detach(t->pa);
 	pd_agent_detach(t->da);
-	t->pa = t->da = NULL;
+	pd_agent_detach(t->first);
+	t->pa = t->da = t->first = NULL;
 	p = pd_test_broker_stop(&t->p);
 	d = pd_test_broker_stop(&t->d);
 	check(p == 0 && d == 0, tagged(name, tag, "brokers-exit-0"), "prefill %d, decode %d", p,
@@ -188,7 +201,9 @@ static uint32_t free_slots(const struct pd_test_broker *b, int recv)
 
 	if (shm_open(b, &s) < 0)
 		return 0;
-	n = pd_pool_nfree(recv ? &s.recv : &s.send);
+	n = recv ? pd_pool_nfree(&s.recv) : 0;
+	for (uint32_t k = 0; !recv && k < s.send_parts; k++) /* every send pool */
+		n += pd_pool_nfree(&s.send_part[k]);
 	pd_layout_close(&s);
 	return n;
 }
