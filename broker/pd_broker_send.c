@@ -209,6 +209,8 @@ static void resync(struct pd_broker *b, uint32_t k)
 {
 	int rc;
 
+	if (!b->send_held) /* no record kept (pd_broker_send_init() not run): no truth */
+		return;
 	if (pool_used(b, k)) {
 		b->send_resync[k] = 0; /* a new sender's now: its leases and scrubs watch it */
 		return;
