@@ -164,11 +164,16 @@ struct pd_broker {
 	uint64_t lock_bad_since[PD_SEND_PARTS_MAX]; /* a send pool's mutex unavailable
 						      * since; 0: fine */
 	uint64_t descs_scrubbed;      /* send descriptors in no state, made free (pd_pool_scrub()) */
+	uint64_t headers_restored;    /* send pool headers written over, rewritten */
 	pd_slot_ref *free_later;      /* staging frees that failed, tried again (send slots) */
 	uint64_t *send_held;          /* pd_broker_send.c: per send slot, held by the broker */
 	uint8_t send_resync[PD_SEND_PARTS_MAX]; /* a pool left by its senders, not resynced yet */
 	uint32_t nfree_later;
-	struct { uint32_t owner; struct pd_agent_proc proc; } reclaim_later[PD_MAX_AGENTS];
+	struct {
+		uint32_t owner;
+		struct pd_agent_proc proc;
+		struct pd_pool *pool; /* the one it loaned from */
+	} reclaim_later[PD_MAX_AGENTS];
 	uint32_t nreclaim_later;      /* detached agents whose loans the pool's lock kept */
 	uint32_t tick_slow;           /* 1: the loop ticks once a heartbeat (nothing to time) */
 	uint32_t idle_ticks;          /* fast ticks in a row with nothing to time */
@@ -217,8 +222,8 @@ void pd_broker_leases_check(struct pd_broker *b, uint64_t now);
  * new and rebuild the pool. 0 or -errno. */
 int pd_broker_send_lock_reset(struct pd_broker *b, uint32_t k, int why, int32_t holder);
 /* Free every send slot of owner (of process proc, or any when NULL) and
- * drop its waits, in every send pool. 0, or the error of a pool whose
- * lock was not to be had (the others are done). */
+ * drop its waits, in the send pool it loans from (the agent table's word).
+ * Slots freed, or the pool's lock error. */
 int pd_broker_send_reclaim(struct pd_broker *b, uint32_t owner, const struct pd_agent_proc *proc);
 /* pd_broker_send.c: the send pools, the broker's side. */
 int pd_broker_send_init(struct pd_broker *b);

@@ -72,8 +72,11 @@ static void loan_expired(struct pd_broker *b, uint32_t i, const struct pd_slot_d
 	char what[48];
 
 	/* The process as it records itself: in a container its pid is not the
-	 * one the broker sees (and kills). */
+	 * one the broker sees (and kills). And only an agent that loans from
+	 * this very pool: a sender writes its own pool's descriptors, and one
+	 * naming another pool's agent must not get that agent killed. */
 	if (pd_agents_live(b->agents, d->owner) &&
+	    pd_broker_send_pool_of(b, d->owner) == pd_layout_send_pool(&b->shm, ref) &&
 	    pd_agents_proc(b->agents, d->owner, &proc) == 0 &&
 	    pd_agent_proc_is(&proc, d->pid, d->pidns)) {
 		(void)snprintf(what, sizeof(what), "send slot %u", i);
@@ -113,6 +116,11 @@ static void look_send(struct pd_broker *b, struct pd_pool *p, uint64_t now)
 			loan_expired(b, i, &d, age);
 	}
 	fixed = bad ? pd_pool_scrub(p) : 0;
+	if (pd_pool_heal_header(p)) { /* for attachers that read it (older agents) */
+		b->headers_restored++;
+		PD_LOG_RL(WARN, shm, "send pool of slots %u..%u: its header was written over; "
+			  "restored", p->base, p->base + p->nslots - 1);
+	}
 	b->descs_scrubbed += fixed > 0 ? (uint64_t)fixed : 0;
 }
 
@@ -181,7 +189,8 @@ static void lock_stuck(struct pd_broker *b, uint32_t k, const struct pd_agent_pr
 	 * names a thread of the holder's pid namespace: for an agent in another
 	 * (a container) it is looked for among its threads' ids there, and for
 	 * one this broker cannot see (pid 0) the record is taken as it is. */
-	if (!agent || !holds_lock(b, k, agent, holder)) {
+	if (!agent || pd_broker_send_pool_of(b, agent) != &b->shm.send_part[k] ||
+	    !holds_lock(b, k, agent, holder)) { /* not a sender of this pool: no fence */
 		(void)pd_broker_send_lock_reset(b, k, -ETIMEDOUT, holder->pid);
 		return;
 	}

@@ -38,13 +38,19 @@ void pd_broker_send_fini(struct pd_broker *b)
 	b->send_held = NULL;
 }
 
-/* The broker holds (1) or let go of (0) slot ref. */
+/* The broker holds (1) or let go of (0) slot ref: letting go of a ref of
+ * another generation than the one it holds (a stale free of a slot that
+ * was loaned and put again meanwhile) changes nothing. */
 static void held(struct pd_broker *b, pd_slot_ref ref, int on)
 {
 	uint32_t i = PD_SLOT_REF_IDX(ref);
 
-	if (b->send_held && i < pd_layout_send_slots(&b->shm))
-		b->send_held[i] = on ? HELD | PD_SLOT_REF_GEN(ref) : 0;
+	if (!b->send_held || i >= pd_layout_send_slots(&b->shm))
+		return;
+	if (on)
+		b->send_held[i] = HELD | PD_SLOT_REF_GEN(ref);
+	else if (b->send_held[i] == (HELD | PD_SLOT_REF_GEN(ref)))
+		b->send_held[i] = 0;
 }
 
 void pd_broker_send_took(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n)
@@ -109,10 +115,12 @@ void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t
 void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner)
 {
 	struct pd_agent_proc proc = { 0 };
+	struct pd_pool *p = pd_broker_send_pool_of(b, owner);
 
 	(void)pd_agents_proc(b->agents, owner, &proc);
-	if (b->nreclaim_later < PD_ARRAY_SIZE(b->reclaim_later) && proc.pid > 0) {
+	if (p && b->nreclaim_later < PD_ARRAY_SIZE(b->reclaim_later) && proc.pid > 0) {
 		b->reclaim_later[b->nreclaim_later].owner = owner;
+		b->reclaim_later[b->nreclaim_later].pool = p;
 		b->reclaim_later[b->nreclaim_later++].proc = proc;
 		PD_LOG_RL(WARN, slot, "agent %u (pid %d) detached; its loans come back once the "
 			  "send pool's lock is free", owner, proc.pid);
@@ -125,15 +133,9 @@ void pd_broker_reclaim_later(struct pd_broker *b, uint32_t owner)
 
 int pd_broker_send_reclaim(struct pd_broker *b, uint32_t owner, const struct pd_agent_proc *proc)
 {
-	int rc = 0;
+	struct pd_pool *p = pd_broker_send_pool_of(b, owner); /* the only one it loans from */
 
-	for (uint32_t k = 0; k < b->shm.send_parts; k++) {
-		int one = pd_pool_reclaim_proc(&b->shm.send_part[k], owner, proc ? proc->pid : 0,
-					       proc ? proc->pidns : 0);
-
-		rc = one < 0 ? one : rc;
-	}
-	return rc;
+	return p ? pd_pool_reclaim_proc(p, owner, proc ? proc->pid : 0, proc ? proc->pidns : 0) : 0;
 }
 
 struct pd_pool *pd_broker_send_pool_of(struct pd_broker *b, uint32_t agent)
@@ -157,8 +159,9 @@ static void reclaim_later(struct pd_broker *b)
 	uint32_t kept = 0;
 
 	for (uint32_t i = 0; i < b->nreclaim_later; i++)
-		if (pd_broker_send_reclaim(b, b->reclaim_later[i].owner,
-					   &b->reclaim_later[i].proc) < 0)
+		if (pd_pool_reclaim_proc(b->reclaim_later[i].pool, b->reclaim_later[i].owner,
+					 b->reclaim_later[i].proc.pid,
+					 b->reclaim_later[i].proc.pidns) < 0)
 			b->reclaim_later[kept++] = b->reclaim_later[i];
 	b->nreclaim_later = kept;
 }

@@ -170,9 +170,12 @@ static uint64_t send_hwm(const struct pd_broker *b)
 {
 	uint64_t n = 0;
 
-	for (uint32_t k = 0; k < b->shm.send_parts; k++)
-		n += atomic_load_explicit(&b->shm.send_part[k].shm->stats.high_water,
-					  memory_order_relaxed);
+	for (uint32_t k = 0; k < b->shm.send_parts; k++) {
+		uint64_t h = atomic_load_explicit(&b->shm.send_part[k].shm->stats.high_water,
+						  memory_order_relaxed);
+
+		n += h < b->shm.send_part[k].nslots ? h : b->shm.send_part[k].nslots; /* shm */
+	}
 	return n;
 }
 
@@ -222,6 +225,7 @@ static void put_agents(struct pub *p, const struct pd_broker *b)
 	pd_stats_set(p->s, p->n++, "pool.send.loans_orphaned", C, b->loans_orphaned);
 	pd_stats_set(p->s, p->n++, "pool.send.lock_resets", C, send_lock_resets(b));
 	pd_stats_set(p->s, p->n++, "pool.send.descs_scrubbed", C, b->descs_scrubbed);
+	pd_stats_set(p->s, p->n++, "pool.send.headers_restored", C, b->headers_restored);
 }
 
 static void put_values(struct pub *p, const struct pd_broker *b)

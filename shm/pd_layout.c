@@ -126,6 +126,8 @@ static void init_agents(struct pd_agent_table *t, const struct pd_layout_opts *o
 	t->pins_per_agent = g.pins;
 	t->pins_off = g.pins_off;
 	t->send_parts = o->send_slots && o->send_parts ? o->send_parts : 1;
+	t->send_per = o->send_slots / t->send_parts;
+	t->send_slot_pages = o->send_slots ? (uint32_t)(o->slot_size / PD_REGION_PAGE) : 0;
 	memset((uint8_t *)t + g.pins_off, 0,
 	       (size_t)o->max_agents * g.pins * sizeof(_Atomic uint64_t));
 	t->magic = PD_AGENTS_MAGIC;
@@ -268,7 +270,7 @@ int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t
 		return -EINVAL;
 	rc = open_agents(seg, &s);
 	if (rc == 0)
-		rc = pd_layout_send_open(seg, s.agents->send_parts, &s);
+		rc = pd_layout_send_open(seg, s.agents, &s);
 	if (rc == 0)
 		rc = open_pool(seg, PD_REGION_RECV_POOL, PD_REGION_RECV_ARENA, &s.recv,
 			       &s.has_recv);

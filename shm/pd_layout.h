@@ -71,7 +71,10 @@ struct pd_agent_table {
 	uint32_t send_parts;        /* send pools in the send regions (0 as 1: older
 				     * brokers laid out one) */
 	uint64_t pins_off;          /* from the table: journal i: pins_off + i * pins_per_agent * 8 */
-	uint8_t  _pad[8];
+	uint32_t send_per;          /* slots of each send pool, 0 from an older broker: the
+				     * geometry attachers open the send pools with, not the
+				     * pool headers' (a sender writes its own) */
+	uint32_t send_slot_pages;   /* their slot size in 4 KiB pages */
 	struct pd_agent_slot slot[];
 };
 _Static_assert(sizeof(struct pd_agent_table) == 64, "agent table ABI");

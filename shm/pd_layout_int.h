@@ -18,8 +18,10 @@ int pd_layout_send_geo(uint32_t slots, uint32_t parts, uint64_t slot_size,
 		       struct pd_send_geo *g);
 /* Broker: initialise every send pool of o. 0, -EINVAL, -ENOSPC. */
 int pd_layout_send_init(struct pd_segment *seg, const struct pd_layout_opts *o);
-/* Open the send pools of a segment laid out with parts (the agent table's
- * word) into s (send_part[], send, has_send). 0, or -EPROTO. */
-int pd_layout_send_open(struct pd_segment *seg, uint32_t parts, struct pd_shm *s);
+/* Open the send pools of a segment into s (send_part[], send, has_send),
+ * with the geometry the agent table t says (read-only to agents; from an
+ * older broker, pool 0's header). 0, or -EPROTO. */
+int pd_layout_send_open(struct pd_segment *seg, const struct pd_agent_table *t,
+			struct pd_shm *s);
 
 #endif

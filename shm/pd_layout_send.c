@@ -50,27 +50,54 @@ int pd_layout_send_init(struct pd_segment *seg, const struct pd_layout_opts *o)
 	return rc;
 }
 
-/* Pool k of g, checked against the geometry the first one gave. */
-static int open_part(struct pd_shm *s, uint32_t k, const struct pd_send_geo *g, uint8_t *pmem,
-		     uint8_t *amem)
+/* Pool k of g: with the geometry of the agent table (trusted), or
+ * checked against the one pool 0's header gave (an older broker's). */
+static int open_part(struct pd_shm *s, uint32_t k, const struct pd_send_geo *g,
+		     uint64_t slot_size, int trusted, uint8_t *pmem, uint8_t *amem)
 {
 	struct pd_pool *p = &s->send_part[k];
-	int rc = pd_pool_open(p, pmem + k * g->pool_stride, (size_t)g->pool_stride,
-			      amem ? amem + k * g->arena_stride : NULL, (size_t)g->arena_stride);
+	void *mem = pmem + k * g->pool_stride, *arena = amem ? amem + k * g->arena_stride : NULL;
+	int rc = trusted ? pd_pool_open_as(p, mem, (size_t)g->pool_stride, arena,
+					   (size_t)g->arena_stride, g->per, slot_size, k * g->per) :
+			   pd_pool_open(p, mem, (size_t)g->pool_stride, arena,
+					(size_t)g->arena_stride);
 
-	if (rc == 0 && (p->nslots != g->per || p->base != k * g->per ||
-			p->slot_size != s->send_part[0].slot_size))
+	if (rc == 0 && (p->nslots != g->per || p->base != k * g->per || p->slot_size != slot_size))
 		rc = -EPROTO;
-	return rc;
+	return rc < 0 ? -EPROTO : 0;
 }
 
-int pd_layout_send_open(struct pd_segment *seg, uint32_t parts, struct pd_shm *s)
+/* The pools' geometry: the agent table's, or (an older broker, whose
+ * table has none) pool 0's header's. 1 trusted, 0 from the header, or
+ * -EPROTO. */
+static int geometry(const struct pd_agent_table *t, uint8_t *pmem, size_t plen,
+		    struct pd_send_geo *g, uint64_t *slot_size)
+{
+	struct pd_pool first;
+	uint32_t parts = t->send_parts, per = t->send_per;
+
+	*slot_size = (uint64_t)t->send_slot_pages * PD_REGION_PAGE;
+	if (per == 0) {
+		if (pd_pool_open(&first, pmem, plen, NULL, 0) < 0)
+			return -EPROTO;
+		per = first.nslots;
+		*slot_size = first.slot_size;
+	}
+	if ((uint64_t)per * (parts ? parts : 1) > UINT32_MAX ||
+	    pd_layout_send_geo(per * (parts ? parts : 1), parts, *slot_size, g) < 0)
+		return -EPROTO;
+	return t->send_per != 0;
+}
+
+int pd_layout_send_open(struct pd_segment *seg, const struct pd_agent_table *t,
+			struct pd_shm *s)
 {
 	size_t plen, alen;
 	uint8_t *pmem = pd_segment_region(seg, PD_REGION_SEND_POOL, &plen);
 	uint8_t *amem = pd_segment_region(seg, PD_REGION_SEND_ARENA, &alen);
 	struct pd_send_geo g;
-	struct pd_pool first;
+	uint64_t slot_size;
+	int trusted;
 
 	s->has_send = 0;
 	s->send_parts = 0;
@@ -78,13 +105,13 @@ int pd_layout_send_open(struct pd_segment *seg, uint32_t parts, struct pd_shm *s
 		return 0;
 	/* amem is NULL only for an arena file not mapped here (pdctl): the
 	 * pools, without their payload. */
-	if (!pmem || !alen || pd_pool_open(&first, pmem, plen, NULL, 0) < 0 ||
-	    pd_layout_send_geo(first.nslots * (parts ? parts : 1), parts, first.slot_size, &g) < 0 ||
-	    plen < g.parts * g.pool_stride || alen < g.parts * g.arena_stride)
+	if (!pmem || !alen)
 		return -EPROTO;
-	s->send_part[0] = first;
+	trusted = geometry(t, pmem, plen, &g, &slot_size);
+	if (trusted < 0 || plen < g.parts * g.pool_stride || alen < g.parts * g.arena_stride)
+		return -EPROTO;
 	for (uint32_t k = 0; k < g.parts; k++)
-		if (open_part(s, k, &g, pmem, amem) < 0)
+		if (open_part(s, k, &g, slot_size, trusted, pmem, amem) < 0)
 			return -EPROTO;
 	s->send = s->send_part[0];
 	s->send_parts = g.parts;

@@ -113,6 +113,48 @@ int pd_pool_open(struct pd_pool *p, void *mem, size_t len, void *arena, size_t a
 	return 0;
 }
 
+int pd_pool_open_as(struct pd_pool *p, void *mem, size_t len, void *arena, size_t arena_len,
+		    uint32_t nslots, uint64_t slot_size, uint32_t base)
+{
+	int64_t need = pd_pool_memsize(nslots);
+
+	if (!p || !mem || need < 0 || pd_pool_arena_size(nslots, slot_size) < 0 ||
+	    (uint64_t)base + nslots > UINT32_MAX || (uintptr_t)mem % PD_CACHE_LINE)
+		return -EINVAL;
+	if ((uint64_t)need > len || (arena && (uint64_t)arena_len < nslots * slot_size))
+		return -EPROTO;
+	*p = (struct pd_pool){
+		.shm = mem,
+		.free_stack = (uint32_t *)((uint8_t *)mem + free_off()),
+		.desc = (struct pd_slot_desc *)((uint8_t *)mem + desc_off(nslots)),
+		.arena = arena,
+		.slot_size = slot_size,
+		.nslots = nslots,
+		.base = base,
+	};
+	return 0;
+}
+
+int pd_pool_heal_header(struct pd_pool *p)
+{
+	struct pd_pool_shm *s = p->shm;
+	int off = s->magic != PD_POOL_MAGIC || s->nslots != p->nslots || s->base != p->base ||
+		  s->max_waiters != PD_POOL_MAX_WAITERS || s->slot_size != p->slot_size ||
+		  s->free_off != free_off() || s->desc_off != desc_off(p->nslots);
+
+	if (off) {
+		s->nslots = p->nslots;
+		s->base = p->base;
+		s->max_waiters = PD_POOL_MAX_WAITERS;
+		s->slot_size = p->slot_size;
+		s->free_off = free_off();
+		s->desc_off = desc_off(p->nslots);
+		atomic_thread_fence(memory_order_release);
+		s->magic = PD_POOL_MAGIC;
+	}
+	return off;
+}
+
 void *pd_pool_data(const struct pd_pool *p, pd_slot_ref ref)
 {
 	uint32_t idx = p ? pd_pool_lidx(p, ref) : 0;

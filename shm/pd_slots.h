@@ -175,6 +175,15 @@ int pd_pool_init_at(void *mem, size_t len, uint32_t nslots, uint64_t slot_size, 
  *         an arena too small.
  */
 int pd_pool_open(struct pd_pool *p, void *mem, size_t len, void *arena, size_t arena_len);
+/* The same with the geometry given (from memory its users cannot write),
+ * not read from the pool's header: a header written over opens as it was
+ * made. -EINVAL bad geometry; -EPROTO len or arena_len too short. */
+int pd_pool_open_as(struct pd_pool *p, void *mem, size_t len, void *arena, size_t arena_len,
+		    uint32_t nslots, uint64_t slot_size, uint32_t base);
+/* Broker: write the pool's geometry (magic, sizes, offsets, base) back into
+ * its header from the handle where the header says otherwise (a user
+ * wrote over it), for whoever opens it from the header. 1 rewritten, 0 not. */
+int pd_pool_heal_header(struct pd_pool *p);
 
 /**
  * Allocate exactly n slots (all or nothing), waiting until deadline_ns

@@ -138,11 +138,119 @@ static void test_a_sender_cannot_write_another_senders_pool(void **state)
 	it_stop(t, 0);
 }
 
+/* ---- what a sender writes in its own pool ------------------------------------------- */
+
+/* The child: attach as a sender and stay until killed. */
+static int idle_sender(void *arg)
+{
+	struct pd_agent *a = NULL;
+
+	if (pd_test_agent_attach(arg, PD_AGENT_SEND, &a) < 0)
+		return 2;
+	(void)sleep(20);
+	return 0;
+}
+
+struct forger {
+	const struct pd_test_broker *b;
+	pid_t victim;                /* a sender of another pool */
+};
+
+/* The child: attach as a sender and, in its own pool, write a loan in the
+ * victim's name (its agent id, pid and pid namespace), then leave. */
+static int forger(void *arg)
+{
+	const struct forger *f = arg;
+	struct pd_agent *a = NULL;
+	struct pd_slot_desc *d;
+	uint32_t victim = 0;
+
+	if (pd_test_agent_attach(f->b, PD_AGENT_SEND, &a) < 0)
+		return 2;
+	for (uint32_t i = 0; i < a->shm.max_agents; i++)
+		if (a->shm.agents->slot[i].pid == f->victim)
+			victim = i + 1;
+	if (!victim || a->shm.agents->slot[victim - 1].send_part == a->shm.agents->slot[a->id - 1].send_part)
+		return 3;
+	d = &a->shm.send.desc[a->shm.send.nslots - 1]; /* a free slot of its own pool */
+	d->gen = 777;
+	d->owner = victim;
+	d->pid = f->victim;
+	d->pidns = pd_self_pidns();
+	atomic_store(&d->state, PD_SLOT_LOANED);
+	return 0;
+}
+
+/* A loan past its lease in pool 0 that names a sender of pool 1 does not
+ * get that sender killed: it is nobody's of that pool, so it is freed. */
+static void test_a_forged_loan_fences_no_sender_of_another_pool(void **state)
+{
+	static const char *const extra[] = { "--send-pools", "2", "--loan-timeout", "1s", NULL };
+	struct it *t = it_start_opts(&(struct it_opts){ .send_slots = 8, .recv_slots = 16,
+							.p_extra = extra });
+	struct forger f = { .b = &t->p };
+	pid_t v;
+
+	(void)state;
+	v = pd_test_fork(idle_sender, &t->p); /* pool 1: the fixture's agent has pool 0 */
+	assert_true(v > 0);
+	f.victim = v;
+	assert_true(it_wait_stat(&t->p, "agents", 2) >= 2);
+	assert_int_equal(pd_test_wait(pd_test_fork(forger, &f), 10000), 0);
+	/* the lease (1 s) is looked at up to a slow tick (1 s) late */
+	for (int i = 0; i < 3 && it_wait_stat(&t->p, "pool.send.loans_orphaned", 1) < 1; i++)
+		;
+	assert_int_equal(it_stat(&t->p, "pool.send.loans_orphaned"), 1);
+	assert_int_equal(it_stat(&t->p, "agents.fenced"), 0);
+	(void)kill(v, SIGTERM);
+	assert_int_equal(pd_test_wait(v, 10000), 128 + SIGTERM); /* alive until now */
+	assert_int_equal(it_wait_free(&t->p, 0, 8), 8);
+	it_stop(t, 0);
+}
+
+/* The child: attach as a sender and write over its own pool's header. */
+static int header_writer(void *arg)
+{
+	struct pd_agent *a = NULL;
+	struct pd_pool_shm *h;
+
+	if (pd_test_agent_attach(arg, PD_AGENT_SEND, &a) < 0)
+		return 2;
+	h = a->shm.send.shm;
+	h->magic = 0;
+	h->nslots = 1u << 30;
+	h->slot_size = 3;
+	h->desc_off = 12345;
+	return 0;
+}
+
+/* A sender's own pool header written over blinds nobody: agents attach
+ * and pdctl reads the segment with the geometry the broker wrote where no
+ * agent writes, and the broker writes the header back (for older agents
+ * that read it). */
+static void test_a_pool_header_written_over_blinds_nobody(void **state)
+{
+	struct it *t = start_pools();
+	struct pd_agent *b;
+
+	(void)state;
+	assert_int_equal(pd_test_wait(pd_test_fork(header_writer, &t->p), 10000), 0);
+	b = it_attach(&t->p, PD_AGENT_SEND);
+	assert_int_equal(b->shm.send_parts, 2);
+	pd_agent_detach(b);
+	pools_shown(&t->p);
+	assert_true(it_wait_stat(&t->p, "pool.send.headers_restored", 1) >= 1);
+	it_move(t, "after", 2, 4);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_each_sender_loans_from_its_own_pool),
 		cmocka_unit_test(test_a_sender_cannot_write_another_senders_pool),
+		cmocka_unit_test(test_a_forged_loan_fences_no_sender_of_another_pool),
+		cmocka_unit_test(test_a_pool_header_written_over_blinds_nobody),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
