@@ -83,7 +83,7 @@ int pd_pool_open(struct pd_pool *p, void *mem, size_t len, void *arena, size_t a
 	struct pd_pool_shm *s = mem;
 	uint32_t nslots, base;
 	uint64_t slot_size;
-	int64_t need;
+	int rc;
 
 	if (!p || !mem)
 		return -EINVAL;
@@ -93,24 +93,11 @@ int pd_pool_open(struct pd_pool *p, void *mem, size_t len, void *arena, size_t a
 	nslots = s->nslots;
 	slot_size = s->slot_size;
 	base = s->base;
-	need = pd_pool_memsize(nslots);
-	if (s->magic != PD_POOL_MAGIC || need < 0 || (uint64_t)need > len ||
-	    (uint64_t)base + nslots > UINT32_MAX ||
-	    s->free_off != free_off() || s->desc_off != desc_off(nslots) ||
-	    pd_pool_arena_size(nslots, slot_size) < 0)
+	if (s->magic != PD_POOL_MAGIC || pd_pool_memsize(nslots) < 0 ||
+	    s->free_off != free_off() || s->desc_off != desc_off(nslots))
 		return -EPROTO;
-	if (arena && (uint64_t)arena_len < nslots * slot_size)
-		return -EPROTO;
-	*p = (struct pd_pool){
-		.shm = s,
-		.free_stack = (uint32_t *)((uint8_t *)s + free_off()),
-		.desc = (struct pd_slot_desc *)((uint8_t *)s + desc_off(nslots)),
-		.arena = arena,
-		.slot_size = slot_size,
-		.nslots = nslots,
-		.base = base,
-	};
-	return 0;
+	rc = pd_pool_open_as(p, mem, len, arena, arena_len, nslots, slot_size, base);
+	return rc == -EINVAL ? -EPROTO : rc; /* the header's geometry is bad */
 }
 
 int pd_pool_open_as(struct pd_pool *p, void *mem, size_t len, void *arena, size_t arena_len,
