@@ -95,10 +95,12 @@ static void cmd_agents(struct pd_broker *b, msgpack_packer *pk)
 
 		if (atomic_load(&s->state) != PD_AGENT_ATTACHED)
 			continue;
-		(void)msgpack_pack_map(pk, 8);
+		(void)msgpack_pack_map(pk, 9);
 		kv_u64(pk, "id", i);
 		kv_i64(pk, "pid", s->pid);
 		kv_str(pk, "roles", roles, strlen(roles));
+		/* the send pool it loans from (--send-pools), -1 for a receiver */
+		kv_i64(pk, "send_pool", s->roles & PD_ROLE_SEND ? (int64_t)s->send_part : -1);
 		kv_u64(pk, "tp_rank", s->tp_rank);
 		kv_u64(pk, "age_s", now > s->attached_ns ? (now - s->attached_ns) / PD_NS_PER_S : 0);
 		kv_u64(pk, "submitted", atomic_load(&s->submitted));

@@ -48,6 +48,26 @@ static void pools_shown(const struct pd_test_broker *b)
 	assert_int_equal(it_stat(b, "pool.send.pools"), 2);
 }
 
+/* pdctl agents: the pool of each of the two senders attached. */
+static void senders_shown(const struct pd_test_broker *b)
+{
+	const char *argv[] = { NULL, "--name", b->name, "--rundir", b->rundir, "--json", "agents",
+			       NULL };
+	struct pd_run_result r;
+	char bin[128];
+	double v = 0;
+
+	assert_int_equal(pd_run_bin("pdctl", bin, sizeof(bin)), 0);
+	argv[0] = bin;
+	assert_int_equal(pd_run(argv, 10000, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_int_equal(pd_json_get_num(r.out, "rows[0].send_pool", &v), 0);
+	assert_int_equal((int)v, 0);
+	assert_int_equal(pd_json_get_num(r.out, "rows[1].send_pool", &v), 0);
+	assert_int_equal((int)v, 1);
+	pd_run_free(&r);
+}
+
 /* Two senders, two pools of 4: one holding all of its own pool does not
  * keep the other from moving a request of 4; a third sender shares the
  * pool of the lowest index among the least shared. */
@@ -71,6 +91,7 @@ static void test_each_sender_loans_from_its_own_pool(void **state)
 	it_verify(t, "other", 4);
 	assert_int_equal(pd_recv_release(t->da, "other"), 0);
 	assert_int_equal(pd_pool_free(&t->pa->shm.send, held, 4), 0);
+	senders_shown(&t->p);
 	c = it_attach(&t->p, PD_AGENT_SEND);
 	assert_int_equal(c->shm.send.base, 0);
 	pd_agent_detach(c);
