@@ -67,7 +67,8 @@ static int has_timed_work(const struct pd_broker *b)
 	struct pd_rx_stats rs;
 
 	if (b->stopping || !LIST_EMPTY(&b->waiters) || b->nfree_later || b->nreclaim_later ||
-	    pd_ctrl_timed(b->ctrl) || pd_admin_open(b->admin))
+	    memchr(b->send_resync, 1, sizeof(b->send_resync)) || pd_ctrl_timed(b->ctrl) ||
+	    pd_admin_open(b->admin))
 		return 1;
 	pd_agents_get_stats(b->agents, &as);
 	pd_agents_cq_stats(b->agents, &queued, &dropped);
