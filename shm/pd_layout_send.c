@@ -75,9 +75,10 @@ static int geometry(const struct pd_agent_table *t, uint8_t *pmem, size_t plen,
 {
 	struct pd_pool first;
 	uint32_t parts = t->send_parts, per = t->send_per;
+	int trusted = per != 0;
 
 	*slot_size = (uint64_t)t->send_slot_pages * PD_REGION_PAGE;
-	if (per == 0) {
+	if (!trusted) {
 		if (pd_pool_open(&first, pmem, plen, NULL, 0) < 0)
 			return -EPROTO;
 		per = first.nslots;
@@ -86,7 +87,7 @@ static int geometry(const struct pd_agent_table *t, uint8_t *pmem, size_t plen,
 	if ((uint64_t)per * (parts ? parts : 1) > UINT32_MAX ||
 	    pd_layout_send_geo(per * (parts ? parts : 1), parts, *slot_size, g) < 0)
 		return -EPROTO;
-	return t->send_per != 0;
+	return trusted;
 }
 
 int pd_layout_send_open(struct pd_segment *seg, const struct pd_agent_table *t,
