@@ -165,6 +165,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		apt-get install -y -q --no-install-recommends "${missing[@]}" >>/tmp/pdkv-netfault-apt.log 2>&1 ||
 			skip "apt-get install ${missing[*]} failed (see /tmp/pdkv-netfault-apt.log)"
 	fi
+	rm -f /tmp/pdkv-netfault-apt.log # kept only when the install failed
 fi
 
 # ---- names, and the cleanup every exit path runs --------------------------------------

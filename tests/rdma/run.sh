@@ -99,6 +99,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		apt-get install -y -q --no-install-recommends "${missing[@]}" >>/tmp/pdkv-rdma-apt.log 2>&1 ||
 			skip "apt-get install ${missing[*]} failed (see /tmp/pdkv-rdma-apt.log)"
 	fi
+	rm -f /tmp/pdkv-rdma-apt.log # kept only when the install failed
 fi
 PATH=$PATH:/usr/sbin:/sbin
 
