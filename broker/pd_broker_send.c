@@ -5,7 +5,7 @@
  * Which pool a slot is of, and a sender's own (the agent table says, and
  * only the broker writes it). Freeing the staging of a batch once it is
  * done, and again later when a pool's lock was not to be had. Taking back
- * a detached agent's loans in every pool. And the broker's own record of
+ * a detached agent's loans in its own pool. And the broker's own record of
  * the send slots it holds (taken from a submission, not freed yet): a pool
  * no sender uses any more (its last one detached) is made to say exactly
  * that (pd_pool_resync()): whatever a sender wrote there, live-looking
