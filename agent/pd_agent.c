@@ -87,7 +87,7 @@ int pd_agent_fd(const struct pd_agent *a)
 
 uint64_t pd_slot_size(const struct pd_agent *a)
 {
-	return a && a->shm.has_send ? a->shm.send.slot_size :
+	return a && a->shm.has_send ? a->shm.send->slot_size :
 	       a && a->shm.has_recv ? a->shm.recv.slot_size : 0;
 }
 
@@ -231,7 +231,7 @@ static int connect_broker(struct pd_agent *a, const struct pd_agent_opts *o)
 	if (fds[3] >= 0)
 		(void)close(fds[3]); /* the mapping keeps the file */
 	if (rc == 0 && (o->roles & PD_AGENT_SEND) && a->shm.has_send) /* the arena it copies into */
-		prefault(a, a->shm.send.arena, a->shm.send.nslots * a->shm.send.slot_size, 1);
+		prefault(a, a->shm.send->arena, a->shm.send->nslots * a->shm.send->slot_size, 1);
 	if (rc == 0 && (o->roles & PD_AGENT_RECV) && a->shm.has_recv) /* and out of */
 		prefault(a, a->shm.recv.arena, a->shm.recv.nslots * a->shm.recv.slot_size, 0);
 	if (rc < 0) {
@@ -251,7 +251,7 @@ static void release(struct pd_agent *a)
 {
 	pd_ag_unpin_all(a);
 	if (pd_ag_sends(a))
-		(void)pd_pool_reclaim(&a->shm.send, a->id);
+		(void)pd_pool_reclaim(a->shm.send, a->id);
 	(void)close(a->sock);
 	(void)close(a->bell_in);
 	(void)close(a->bell_out);

@@ -30,9 +30,9 @@ int pd_alloc(struct pd_agent *a, const char *req_id, uint32_t n, pd_slot_ref *sl
 	rc = pd_ag_wait_admitted(a, (const uint8_t *)req_id, (uint32_t)len, deadline);
 	if (rc < 0)
 		return rc;
-	rc = pd_pool_alloc(&a->shm.send, &who, n, deadline, slots);
+	rc = pd_pool_alloc(a->shm.send, &who, n, deadline, slots);
 	if (rc == 0 && pd_ag_is_cancelled(a, who.tag)) {
-		(void)pd_pool_free(&a->shm.send, slots, n); /* cancelled meanwhile */
+		(void)pd_pool_free(a->shm.send, slots, n); /* cancelled meanwhile */
 		rc = -ECANCELED;
 	}
 	return rc == -ENOBUFS ? -ETIMEDOUT : rc;
@@ -100,14 +100,14 @@ static int loaned(struct pd_agent *a, pd_slot_ref ref)
 {
 	struct pd_slot_desc d;
 
-	return pd_pool_desc_get(&a->shm.send, PD_SLOT_REF_IDX(ref), &d) == 0 &&
+	return pd_pool_desc_get(a->shm.send, PD_SLOT_REF_IDX(ref), &d) == 0 &&
 	       d.gen == PD_SLOT_REF_GEN(ref) && d.owner == a->id &&
 	       atomic_load_explicit(&d.state, memory_order_relaxed) == PD_SLOT_LOANED;
 }
 
 void *pd_slot_data(struct pd_agent *a, pd_slot_ref slot)
 {
-	return pd_ag_sends(a) && loaned(a, slot) ? pd_pool_data(&a->shm.send, slot) : NULL;
+	return pd_ag_sends(a) && loaned(a, slot) ? pd_pool_data(a->shm.send, slot) : NULL;
 }
 
 int pd_slot_release(struct pd_agent *a, const pd_slot_ref *slots, uint32_t n)
@@ -119,7 +119,7 @@ int pd_slot_release(struct pd_agent *a, const pd_slot_ref *slots, uint32_t n)
 	for (uint32_t i = 0; i < n; i++)
 		if (!loaned(a, slots[i]))
 			return -ESTALE;
-	return pd_pool_free(&a->shm.send, slots, n);
+	return pd_pool_free(a->shm.send, slots, n);
 }
 
 /* ---- pd_put -------------------------------------------------------------------- */
@@ -137,7 +137,7 @@ static int batch_ok(struct pd_agent *a, const struct pd_batch *b)
 		const struct pd_chunk *c = &b->chunks[i];
 
 		if (!c->key || c->klen == 0 || c->klen > PD_KEY_MAX ||
-		    c->len > a->shm.send.slot_size || !pd_ag_zeroed(c->reserved, sizeof(c->reserved)))
+		    c->len > a->shm.send->slot_size || !pd_ag_zeroed(c->reserved, sizeof(c->reserved)))
 			return -EINVAL;
 		if (!loaned(a, c->slot))
 			return -ESTALE;
@@ -217,7 +217,7 @@ int pd_cancel(struct pd_agent *a, const char *req_id)
 		return -EINVAL;
 	pd_ag_mark_cancelled(a, pd_ag_tag(e.u.req.req_id, e.u.req.req_id_len));
 	if (pd_ag_sends(a))
-		(void)pd_pool_cancel(&a->shm.send, pd_ag_tag(e.u.req.req_id, e.u.req.req_id_len));
+		(void)pd_pool_cancel(a->shm.send, pd_ag_tag(e.u.req.req_id, e.u.req.req_id_len));
 	/* A cancel must reach the broker: wait (bounded) for ring room. */
 	while ((rc = pd_ag_submit(a, &e, 1)) == -EAGAIN && pd_now_ns() < deadline)
 		(void)usleep(1000);

@@ -216,9 +216,8 @@ int pd_broker_shm_create(struct pd_broker *b, const struct pd_layout_opts *o, ch
 
 	if (rc < 0)
 		return rc;
-	b->shm.send.resetter = 1; /* an unusable send pool mutex is made new here */
-	for (uint32_t k = 0; k < b->shm.send_parts; k++)
-		b->shm.send_part[k].resetter = 1;
+	for (uint32_t k = 0; k < b->shm.send_parts; k++) /* an unusable send pool */
+		b->shm.send_part[k].resetter = 1;         /* mutex is made new here */
 	b->have_shm = 1;
 	if (b->shm.has_recv) {
 		b->grant = calloc(b->shm.recv.nslots, sizeof(*b->grant));

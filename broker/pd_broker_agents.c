@@ -24,38 +24,38 @@ static void complete(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e
 
 /* ---- PUT ------------------------------------------------------------------------- */
 
-static int chunk_ok(struct pd_broker *b, uint32_t agent, const struct pd_pool *pool,
-		    const struct pd_sqe *e)
+static int chunk_ok(uint32_t agent, const struct pd_pool *pool, const struct pd_sqe *e)
 {
 	const struct pd_sqe_chunk *c = &e->u.chunk;
 	struct pd_slot_desc d;
 
-	/* Only a slot of the agent's own send pool. */
+	/* Only a slot of the agent's own send pool: the pool's bounds refuse
+	 * any other pool's. */
 	return e->op == PD_SQ_CHUNK && c->klen >= 1 && c->klen <= PD_KEY_MAX &&
-	       c->len <= b->shm.send.slot_size && pd_layout_send_pool(&b->shm, c->slot) == pool &&
+	       c->len <= pool->slot_size &&
 	       pd_pool_desc_get(pool, PD_SLOT_REF_IDX(c->slot), &d) == 0 &&
 	       d.gen == PD_SLOT_REF_GEN(c->slot) && d.owner == agent &&
 	       atomic_load_explicit(&d.state, memory_order_relaxed) == PD_SLOT_LOANED;
 }
 
-static int put_ok(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n)
+static int put_ok(const struct pd_broker *b, uint32_t agent, const struct pd_pool *pool,
+		  const struct pd_sqe *e, uint32_t n)
 {
 	const struct pd_sqe_put *p = &e->u.put;
-	const struct pd_pool *pool = pd_broker_send_pool_of(b, agent);
 
 	if (!b->tx || !pool || p->n != n - 1 || p->req_id_len == 0 ||
 	    p->req_id_len > PD_REQ_ID_MAX || p->endpoint_len == 0 ||
 	    p->endpoint_len > PD_ENDPOINT_MAX)
 		return -EINVAL;
 	for (uint32_t i = 1; i < n; i++)
-		if (!chunk_ok(b, agent, pool, &e[i]))
+		if (!chunk_ok(agent, pool, &e[i]))
 			return -ESTALE;
 	return 0;
 }
 
 /* The broker takes the slots: QUEUED, owned by the broker. */
-static int take_slots(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, uint32_t n,
-		      struct pd_tx_chunk *ch, pd_slot_ref *refs)
+static int take_slots(struct pd_broker *b, struct pd_pool *pool, const struct pd_sqe *e,
+		      uint32_t n, struct pd_tx_chunk *ch, pd_slot_ref *refs)
 {
 	int rc;
 
@@ -67,8 +67,7 @@ static int take_slots(struct pd_broker *b, uint32_t agent, const struct pd_sqe *
 		memcpy(ch[i - 1].key, c->key, c->klen);
 		refs[i - 1] = c->slot;
 	}
-	rc = pd_pool_set_state(pd_broker_send_pool_of(b, agent), refs, n - 1, BROKER_OWNER,
-			       PD_SLOT_QUEUED);
+	rc = pd_pool_set_state(pool, refs, n - 1, BROKER_OWNER, PD_SLOT_QUEUED);
 	if (rc == 0)
 		pd_broker_send_took(b, refs, n - 1);
 	return rc;
@@ -98,10 +97,11 @@ static int on_put(struct pd_broker *b, uint32_t agent, const struct pd_sqe *e, u
 {
 	struct pd_tx_chunk *ch = b->sc_chunks;
 	pd_slot_ref *refs = b->sc_refs;
-	int rc = n > PD_PUT_MAX_CHUNKS + 1 ? -EINVAL : put_ok(b, agent, e, n);
+	struct pd_pool *pool = pd_broker_send_pool_of(b, agent);
+	int rc = n > PD_PUT_MAX_CHUNKS + 1 ? -EINVAL : put_ok(b, agent, pool, e, n);
 
 	if (rc == 0) {
-		rc = take_slots(b, agent, e, n, ch, refs);
+		rc = take_slots(b, pool, e, n, ch, refs);
 		if (rc < 0 && rc != -ESTALE && rc != -EINVAL) /* the pool's lock not to be had */
 			pd_broker_free_slots(b, refs, n - 1);  /* as soon as it is */
 	}

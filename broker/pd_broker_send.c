@@ -59,13 +59,6 @@ void pd_broker_send_took(struct pd_broker *b, const pd_slot_ref *refs, uint32_t 
 		held(b, refs[i], 1);
 }
 
-/*
- * A free is all or nothing. When one ref is not the broker's any more (an
- * agent freed a slot it had put, and it may be someone else's now), the
- * others still go back, one by one (each ref's generation keeps the free
- * off a slot handed out again). When the pool's lock is not to be had now
- * (held, or being made new), each is tried again at the next look.
- */
 /* The send pool of every ref, or NULL when they are of several (or none). */
 static struct pd_pool *pool_of_all(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n)
 {
@@ -85,6 +78,13 @@ static int free_one(struct pd_broker *b, pd_slot_ref ref)
 	return p ? pd_pool_free(p, &ref, 1) : -EINVAL;
 }
 
+/*
+ * A free is all or nothing. When one ref is not the broker's any more (an
+ * agent freed a slot it had put, and it may be someone else's now), the
+ * others still go back, one by one (each ref's generation keeps the free
+ * off a slot handed out again). When the pool's lock is not to be had now
+ * (held, or being made new), each is tried again at the next look.
+ */
 void pd_broker_free_slots(struct pd_broker *b, const pd_slot_ref *refs, uint32_t n)
 {
 	struct pd_pool *p = pool_of_all(b, refs, n);
@@ -194,27 +194,16 @@ static void truth(void *ctx, uint32_t idx, struct pd_slot_truth *t)
 		 (struct pd_slot_truth){ .state = PD_SLOT_FREE };
 }
 
-/* Does an agent (attached, or fenced and not gone) loan from pool k? */
-static int pool_used(const struct pd_broker *b, uint32_t k)
-{
-	for (uint32_t i = 0; i < b->shm.max_agents; i++) {
-		const struct pd_agent_slot *s = &b->shm.agents->slot[i];
-
-		if ((s->roles & PD_ROLE_SEND) && s->send_part == k &&
-		    atomic_load_explicit(&s->state, memory_order_relaxed) != PD_AGENT_FREE)
-			return 1;
-	}
-	return 0;
-}
-
 /* Pool k, when no sender uses it: as the broker's record says. */
 static void resync(struct pd_broker *b, uint32_t k)
 {
+	uint32_t users[PD_SEND_PARTS_MAX];
 	int rc;
 
 	if (!b->send_held) /* no record kept (pd_broker_send_init() not run): no truth */
 		return;
-	if (pool_used(b, k)) {
+	pd_layout_send_users(&b->shm, 0, users);
+	if (users[k]) {
 		b->send_resync[k] = 0; /* a new sender's now: its leases and scrubs watch it */
 		return;
 	}
@@ -227,13 +216,10 @@ static void resync(struct pd_broker *b, uint32_t k)
 
 void pd_broker_send_detached(struct pd_broker *b, uint32_t agent)
 {
-	const struct pd_agent_slot *s;
+	const struct pd_pool *p = pd_broker_send_pool_of(b, agent);
 
-	if (!b->shm.has_send || agent == 0 || agent > b->shm.max_agents)
-		return;
-	s = &b->shm.agents->slot[agent - 1];
-	if ((s->roles & PD_ROLE_SEND) && s->send_part < b->shm.send_parts)
-		resync(b, s->send_part);
+	if (p && (b->shm.agents->slot[agent - 1].roles & PD_ROLE_SEND))
+		resync(b, (uint32_t)(p - b->shm.send_part));
 }
 
 void pd_broker_send_tick(struct pd_broker *b)

@@ -291,6 +291,7 @@ int pd_layout_open(struct pd_segment *seg, struct pd_shm *out, char *err, size_t
 	}
 	s.seg = *seg;
 	*out = s;
+	out->send = out->has_send ? &out->send_part[0] : NULL; /* into the copy */
 	return 0;
 }
 

@@ -107,8 +107,8 @@ struct pd_layout_opts {
 /* Validated handles on everything in a segment. */
 struct pd_shm {
 	struct pd_segment seg;
-	struct pd_pool send;        /* valid when has_send: send pool 0 (an agent's
-				     * own, once pd_layout_send_own() chose it) */
+	struct pd_pool *send;       /* has_send: one of send_part[], pool 0 (an agent's
+				     * own, once pd_layout_send_own() chose it); NULL */
 	struct pd_pool send_part[PD_SEND_PARTS_MAX]; /* the send pools: send_parts of them */
 	uint32_t send_parts;        /* 1 when has_send and laid out as one; 0 without */
 	uint64_t send_pool_stride;  /* send pool k at the send pool region + k x this */
@@ -181,6 +181,10 @@ int pd_layout_protect_agents(struct pd_shm *s, uint32_t id);
  * -EINVAL (no such slot); or the pool itself, or NULL. */
 int pd_layout_send_part(const struct pd_shm *s, pd_slot_ref ref);
 struct pd_pool *pd_layout_send_pool(struct pd_shm *s, pd_slot_ref ref);
+/* How many agents (attached, or fenced and not yet gone) with the send
+ * role loan from each send pool, agent slot skip (1-based; 0: none) not
+ * counted: n[0 .. send_parts - 1]. */
+void pd_layout_send_users(const struct pd_shm *s, uint32_t skip, uint32_t *n);
 /* Send slots of every send pool together (0 without). */
 uint32_t pd_layout_send_slots(const struct pd_shm *s);
 /* Bytes of the send arena from its start to the last pool's last slot's end

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <sys/mman.h>
 
+#include "pd_attach_proto.h"
 #include "pd_layout_int.h"
 #include "pd_shm_layout.h"
 
@@ -114,7 +115,6 @@ int pd_layout_send_open(struct pd_segment *seg, const struct pd_agent_table *t,
 	for (uint32_t k = 0; k < g.parts; k++)
 		if (open_part(s, k, &g, slot_size, trusted, pmem, amem) < 0)
 			return -EPROTO;
-	s->send = s->send_part[0];
 	s->send_parts = g.parts;
 	s->send_pool_stride = g.pool_stride;
 	s->send_arena_stride = g.arena_stride;
@@ -137,6 +137,19 @@ struct pd_pool *pd_layout_send_pool(struct pd_shm *s, pd_slot_ref ref)
 	int k = pd_layout_send_part(s, ref);
 
 	return k < 0 ? NULL : &s->send_part[k];
+}
+
+void pd_layout_send_users(const struct pd_shm *s, uint32_t skip, uint32_t *n)
+{
+	for (uint32_t k = 0; k < s->send_parts; k++)
+		n[k] = 0;
+	for (uint32_t i = 0; i < s->max_agents; i++) {
+		const struct pd_agent_slot *o = &s->agents->slot[i];
+
+		if (i + 1 != skip && (o->roles & PD_ROLE_SEND) && o->send_part < s->send_parts &&
+		    atomic_load_explicit(&o->state, memory_order_relaxed) != PD_AGENT_FREE)
+			n[o->send_part]++;
+	}
 }
 
 uint32_t pd_layout_send_slots(const struct pd_shm *s)
@@ -165,7 +178,7 @@ int pd_layout_send_own(struct pd_shm *s, uint32_t part)
 
 	if (!s || !s->has_send || part >= s->send_parts)
 		return -EINVAL;
-	s->send = s->send_part[part];
+	s->send = &s->send_part[part];
 	for (uint32_t k = 0; rc == 0 && s->send_parts > 1 && k < s->send_parts; k++) {
 		if (k == part)
 			continue;

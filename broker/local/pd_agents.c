@@ -201,15 +201,9 @@ void pd_agents_get_stats(const struct pd_agents *ag, struct pd_agents_stats *out
  * lowest such. With as many pools as senders, each has its own. */
 static uint32_t pick_send_pool(const struct pd_shm *s, uint32_t id)
 {
-	uint32_t n[PD_SEND_PARTS_MAX] = { 0 }, best = 0;
+	uint32_t n[PD_SEND_PARTS_MAX], best = 0;
 
-	for (uint32_t i = 0; s->send_parts > 1 && i < s->max_agents; i++) {
-		const struct pd_agent_slot *o = &s->agents->slot[i];
-
-		if (i + 1 != id && (o->roles & PD_ROLE_SEND) && o->send_part < s->send_parts &&
-		    atomic_load_explicit(&o->state, memory_order_relaxed) != PD_AGENT_FREE)
-			n[o->send_part]++;
-	}
+	pd_layout_send_users(s, id, n);
 	for (uint32_t k = 1; k < s->send_parts; k++)
 		best = n[k] < n[best] ? k : best;
 	return best;

@@ -63,7 +63,7 @@ int fzp_loan(struct fzb *f, const struct fzb_agent *a, uint32_t n, pd_slot_ref *
 	struct pd_pool_who who = { .owner = a->id, .pid = (int32_t)getpid(), .tag = 1,
 				   .state = PD_SLOT_LOANED };
 
-	return pd_pool_alloc(&f->b->shm.send, &who, n, 0, out);
+	return pd_pool_alloc(f->b->shm.send, &who, n, 0, out);
 }
 
 /* ---- the receiver the agents send to ---------------------------------------------------- */

@@ -108,7 +108,7 @@ static void unloan(struct ring_fx *x, uint32_t i)
 	if (x->nloans == 0)
 		return;
 	i %= x->nloans;
-	(void)pd_pool_free(&x->f.b->shm.send, &x->loan[i], 1);
+	(void)pd_pool_free(x->f.b->shm.send, &x->loan[i], 1);
 	x->loan[i] = x->loan[--x->nloans];
 }
 
@@ -170,7 +170,7 @@ static void check_gone(struct ring_fx *x)
 	pd_tx_get_stats(b->tx, &ts);
 	if (ts.live_requests || ts.live_batches)
 		fail("a request of a detached agent is live");
-	if (pd_pool_nfree(&b->shm.send) != SEND_SLOTS)
+	if (pd_pool_nfree(b->shm.send) != SEND_SLOTS)
 		fail("a send slot is held after its agent detached");
 	if (!LIST_EMPTY(&b->waiters))
 		fail("a detached agent's wait is kept");

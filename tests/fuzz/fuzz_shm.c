@@ -152,7 +152,7 @@ static struct span area(struct shm_fx *x, uint32_t which)
 	uint32_t i = which % NAREAS, a = which / NAREAS % NAGENTS;
 
 	if (i < 5)
-		return pool_area(&x->f.b->shm.send, i);
+		return pool_area(x->f.b->shm.send, i);
 	if (i < 12)
 		return agent_area(x, i - 5, a);
 	return index_area(&x->f.b->shm.index, i - 12);
@@ -161,7 +161,7 @@ static struct span area(struct shm_fx *x, uint32_t which)
 /* Bytes of b's mutexes that glibc owns: never scribbled. */
 static int is_mutex(struct shm_fx *x, const uint8_t *p)
 {
-	const uint8_t *a = (const uint8_t *)&x->f.b->shm.send.shm->lock.m;
+	const uint8_t *a = (const uint8_t *)&x->f.b->shm.send->shm->lock.m;
 	const uint8_t *b = (const uint8_t *)&x->f.b->shm.index.shm->lock.m;
 
 	return (p >= a && p < a + sizeof(pthread_mutex_t)) ||
@@ -186,7 +186,7 @@ static void scribble(struct shm_fx *x, struct fzi *in)
 static void mutex_state(struct shm_fx *x, uint32_t which, uint32_t state)
 {
 	struct pd_mutex *m = which & 1 ? &x->f.b->shm.index.shm->lock :
-					 &x->f.b->shm.send.shm->lock;
+					 &x->f.b->shm.send->shm->lock;
 
 	switch (state % 4) {
 	case 0: /* free */

@@ -65,7 +65,7 @@ static int fzx_ready(const struct pd_xport *x, uint32_t peer)
 /* The bytes of one transfer are all in one staging slot: read them. */
 static void check(const struct fzx *f, const struct pd_xfer *t)
 {
-	const struct pd_pool *p = &f->shm->send;
+	const struct pd_pool *p = f->shm->send;
 	const uint8_t *src = t->src;
 	volatile uint8_t sum = 0;
 	uint64_t off;

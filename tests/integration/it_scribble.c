@@ -284,13 +284,13 @@ static int scribble_beside(void *arg)
 	if (sc->own_pool) { /* its own pool and its arena, all of them */
 		if (a->shm.send_parts < 2)
 			return 4;
-		pool = a->shm.send.shm;
+		pool = a->shm.send->shm;
 	}
 	for (int i = 0; i < SCRIBBLE_ROUNDS; i++) {
-		scribble_pool(pool, a->shm.send.nslots, sc->own_pool, &x);
+		scribble_pool(pool, a->shm.send->nslots, sc->own_pool, &x);
 		if (sc->own_pool)
-			memset(a->shm.send.arena, (int)(rnd(&x) & 0xff),
-			       a->shm.send.nslots * a->shm.send.slot_size);
+			memset(a->shm.send->arena, (int)(rnd(&x) & 0xff),
+			       a->shm.send->nslots * a->shm.send->slot_size);
 		if (i == SCRIBBLE_ROUNDS / 2)
 			memset(&pool->lock, 0xa5, sizeof(pool->lock));
 		(void)usleep(20 * 1000);

@@ -25,47 +25,39 @@ static struct it *start_pools(void)
 						.p_extra = POOLS2 });
 }
 
-/* pdctl status shows the pools as one, and how many; so do the counters. */
-static void pools_shown(const struct pd_test_broker *b)
+/* The number at path in the JSON of `pdctl --json cmd` on b (exit 0). */
+static int pdctl_num(const struct pd_test_broker *b, const char *cmd, const char *path)
 {
-	const char *argv[] = { NULL, "--name", b->name, "--rundir", b->rundir, "--json", "status",
+	const char *argv[] = { NULL, "--name", b->name, "--rundir", b->rundir, "--json", cmd,
 			       NULL };
 	struct pd_run_result r;
 	char bin[128];
-	double v = 0;
+	double v = -1;
 
 	assert_int_equal(pd_run_bin("pdctl", bin, sizeof(bin)), 0);
 	argv[0] = bin;
 	assert_int_equal(pd_run(argv, 10000, &r), 0);
 	assert_int_equal(r.exit_code, 0);
-	assert_int_equal(pd_json_get_num(r.out, "pools.send.pools", &v), 0);
-	assert_int_equal((int)v, 2);
-	assert_int_equal(pd_json_get_num(r.out, "pools.send.slots", &v), 0);
-	assert_int_equal((int)v, 8);
-	assert_int_equal(pd_json_get_num(r.out, "pools.send.free", &v), 0);
-	assert_int_equal((int)v, 8);
+	if (pd_json_get_num(r.out, path, &v) != 0)
+		fail_msg("no number at %s in: %s", path, r.out);
 	pd_run_free(&r);
+	return (int)v;
+}
+
+/* pdctl status shows the pools as one, and how many; so do the counters. */
+static void pools_shown(const struct pd_test_broker *b)
+{
+	assert_int_equal(pdctl_num(b, "status", "pools.send.pools"), 2);
+	assert_int_equal(pdctl_num(b, "status", "pools.send.slots"), 8);
+	assert_int_equal(pdctl_num(b, "status", "pools.send.free"), 8);
 	assert_int_equal(it_stat(b, "pool.send.pools"), 2);
 }
 
 /* pdctl agents: the pool of each of the two senders attached. */
 static void senders_shown(const struct pd_test_broker *b)
 {
-	const char *argv[] = { NULL, "--name", b->name, "--rundir", b->rundir, "--json", "agents",
-			       NULL };
-	struct pd_run_result r;
-	char bin[128];
-	double v = 0;
-
-	assert_int_equal(pd_run_bin("pdctl", bin, sizeof(bin)), 0);
-	argv[0] = bin;
-	assert_int_equal(pd_run(argv, 10000, &r), 0);
-	assert_int_equal(r.exit_code, 0);
-	assert_int_equal(pd_json_get_num(r.out, "rows[0].send_pool", &v), 0);
-	assert_int_equal((int)v, 0);
-	assert_int_equal(pd_json_get_num(r.out, "rows[1].send_pool", &v), 0);
-	assert_int_equal((int)v, 1);
-	pd_run_free(&r);
+	assert_int_equal(pdctl_num(b, "agents", "rows[0].send_pool"), 0);
+	assert_int_equal(pdctl_num(b, "agents", "rows[1].send_pool"), 1);
 }
 
 /* Two senders, two pools of 4: one holding all of its own pool does not
@@ -81,19 +73,19 @@ static void test_each_sender_loans_from_its_own_pool(void **state)
 
 	(void)state;
 	assert_int_equal(t->pa->shm.send_parts, 2);
-	assert_int_equal(t->pa->shm.send.base, 0);
-	assert_int_equal(t->pa->shm.send.nslots, 4);
-	assert_int_equal(b->shm.send.base, 4);
+	assert_int_equal(t->pa->shm.send->base, 0);
+	assert_int_equal(t->pa->shm.send->nslots, 4);
+	assert_int_equal(b->shm.send->base, 4);
 	/* the first sender's pool all taken, as by a worker that never puts */
-	assert_int_equal(pd_pool_alloc(&t->pa->shm.send, &who, 4, 0, held), 0);
+	assert_int_equal(pd_pool_alloc(t->pa->shm.send, &who, 4, 0, held), 0);
 	assert_int_equal(it_put_from(t, b, "other", 0, 4, 4), 0);
 	(void)it_expect_event_from(b, "other", PD_EV_PUT_DONE);
 	it_verify(t, "other", 4);
 	assert_int_equal(pd_recv_release(t->da, "other"), 0);
-	assert_int_equal(pd_pool_free(&t->pa->shm.send, held, 4), 0);
+	assert_int_equal(pd_pool_free(t->pa->shm.send, held, 4), 0);
 	senders_shown(&t->p);
 	c = it_attach(&t->p, PD_AGENT_SEND);
-	assert_int_equal(c->shm.send.base, 0);
+	assert_int_equal(c->shm.send->base, 0);
 	pd_agent_detach(c);
 	pd_agent_detach(b);
 	assert_int_equal(it_wait_free(&t->p, 0, 8), 8);
@@ -121,7 +113,7 @@ static int writer(void *arg)
 
 	if (pd_test_agent_attach(w->b, PD_AGENT_SEND, &a) < 0)
 		return 2;
-	own = &a->shm.send;
+	own = a->shm.send;
 	other = &a->shm.send_part[0];
 	if (own->base != 4 || other->base != 0)
 		return 3;
@@ -193,7 +185,7 @@ static int forger(void *arg)
 			victim = i + 1;
 	if (!victim || a->shm.agents->slot[victim - 1].send_part == a->shm.agents->slot[a->id - 1].send_part)
 		return 3;
-	d = &a->shm.send.desc[a->shm.send.nslots - 1]; /* a free slot of its own pool */
+	d = &a->shm.send->desc[a->shm.send->nslots - 1]; /* a free slot of its own pool */
 	d->gen = 777;
 	d->owner = victim;
 	d->pid = f->victim;
@@ -237,7 +229,7 @@ static int header_writer(void *arg)
 
 	if (pd_test_agent_attach(arg, PD_AGENT_SEND, &a) < 0)
 		return 2;
-	h = a->shm.send.shm;
+	h = a->shm.send->shm;
 	h->magic = 0;
 	h->nslots = 1u << 30;
 	h->slot_size = 3;
@@ -265,6 +257,63 @@ static void test_a_pool_header_written_over_blinds_nobody(void **state)
 	it_stop(t, 0);
 }
 
+/* ---- a pool left while its lock is not to be had -------------------------------------- */
+
+/* The child: attach as a sender (pool 1), leave a loan in its own pool
+ * that names the broker (nothing but a resync frees it), and wait to be
+ * killed. */
+static int leaver(void *arg)
+{
+	struct pd_agent *a = NULL;
+	struct pd_slot_desc *d;
+
+	if (pd_test_agent_attach(arg, PD_AGENT_SEND, &a) < 0)
+		return 2;
+	d = &a->shm.send->desc[0];
+	d->gen = 55;
+	d->owner = 0;
+	atomic_store(&d->state, PD_SLOT_LOANED);
+	(void)sleep(20);
+	return 0;
+}
+
+/* Its last sender gone while the pool's lock is held elsewhere, a pool is
+ * resynced once the lock is free again (the lease look retries it), not
+ * left with what the sender wrote there. */
+static void test_a_pool_left_under_a_held_lock_is_resynced_later(void **state)
+{
+	struct it *t = start_pools();
+	struct pd_segment seg;
+	struct pd_shm shm;
+	uint64_t deadline = pd_deadline_ms(5000);
+	struct pd_slot_desc *d;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(pd_segment_attach(t->p.name, 0, 1000, &seg, NULL, 0), 0);
+	assert_int_equal(pd_layout_open(&seg, &shm, NULL, 0), 0);
+	d = &shm.send_part[1].desc[0];
+	pid = pd_test_fork(leaver, &t->p);
+	assert_true(pid > 0);
+	while (d->gen != 55 && pd_now_ns() < deadline)
+		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	assert_int_equal(d->gen, 55);
+	assert_true(pd_pool_lock(&shm.send_part[1], PD_POOL_OWNER_NONE, pd_deadline_ms(1000)) >= 0);
+	(void)kill(pid, SIGKILL);
+	assert_int_equal(pd_test_wait(pid, 10000), 128 + SIGKILL);
+	(void)nanosleep(&(struct timespec){ 0, 500 * 1000 * 1000 }, NULL); /* it tried */
+	assert_int_equal(atomic_load(&d->state), PD_SLOT_LOANED);
+	pd_pool_unlock(&shm.send_part[1]);
+	deadline = pd_deadline_ms(3000);
+	while (atomic_load(&d->state) != PD_SLOT_FREE && pd_now_ns() < deadline)
+		(void)nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	assert_int_equal(atomic_load(&d->state), PD_SLOT_FREE);
+	assert_int_equal(it_wait_free(&t->p, 0, 8), 8);
+	pd_layout_close(&shm);
+	it_move(t, "after", 1, 4);
+	it_stop(t, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -272,6 +321,7 @@ int main(void)
 		cmocka_unit_test(test_a_sender_cannot_write_another_senders_pool),
 		cmocka_unit_test(test_a_forged_loan_fences_no_sender_of_another_pool),
 		cmocka_unit_test(test_a_pool_header_written_over_blinds_nobody),
+		cmocka_unit_test(test_a_pool_left_under_a_held_lock_is_resynced_later),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -116,7 +116,7 @@ static int pair_start_huge(struct pair *t, uint32_t send, uint32_t recv, int d_r
 		rc = pd_test_agent_attach(&t->p, PD_AGENT_SEND, &t->first);
 	if (rc == 0)
 		rc = pd_test_agent_attach(&t->p, PD_AGENT_SEND, &t->pa);
-	if (rc == 0 && huge && t->pa->shm.send.base == 0)
+	if (rc == 0 && huge && t->pa->shm.send->base == 0)
 		rc = -EPROTO; /* the second sender's own pool is the second */
 	return rc;
 }

@@ -61,15 +61,15 @@ static inline int check_put(struct harness *h, const struct pd_sqe *e, uint32_t 
 {
 	for (uint32_t i = 1; i < n; i++) {
 		const struct pd_sqe_chunk *c = &e[i].u.chunk;
-		const uint8_t *d = pd_pool_data(&h->shm.send, c->slot);
+		const uint8_t *d = pd_pool_data(h->shm.send, c->slot);
 
 		if (e[i].op != PD_SQ_CHUNK || !d || c->len > SLOT)
 			return -EPROTO;
 		for (uint32_t k = 0; k < c->len; k++)
 			if (d[k] != (uint8_t)(i + k))
 				return -EPROTO;
-		if (pd_pool_set_state(&h->shm.send, &c->slot, 1, 0, PD_SLOT_QUEUED) < 0 ||
-		    pd_pool_free(&h->shm.send, &c->slot, 1) < 0)
+		if (pd_pool_set_state(h->shm.send, &c->slot, 1, 0, PD_SLOT_QUEUED) < 0 ||
+		    pd_pool_free(h->shm.send, &c->slot, 1) < 0)
 			return -EPROTO;
 	}
 	return 0;
@@ -145,7 +145,7 @@ static inline void on_detach(void *ctx, uint32_t id)
 {
 	struct harness *h = ctx;
 
-	(void)pd_pool_reclaim(&h->shm.send, id);
+	(void)pd_pool_reclaim(h->shm.send, id);
 	h->x->detached++;
 }
 

@@ -73,7 +73,7 @@ static int die_holding_the_pool(void *arg)
 {
 	struct pd_agent *a = arg;
 
-	return pd_pool_lock(&a->shm.send, 99, pd_deadline_ms(1000)) < 0 ? 1 : 0;
+	return pd_pool_lock(a->shm.send, 99, pd_deadline_ms(1000)) < 0 ? 1 : 0;
 }
 
 /* What the core logs while it serves an agent's call (here: the slot pool

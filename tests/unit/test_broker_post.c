@@ -80,16 +80,16 @@ static int setup(void **state)
 	f->pool_mem = zalloc((plen + 63) & ~(size_t)63);
 	f->arena = zalloc(alen);
 	assert_int_equal(pd_pool_init(f->pool_mem, plen, SLOTS, SLOT), 0);
-	assert_int_equal(pd_pool_open(&f->b.shm.send, f->pool_mem, plen, f->arena, alen), 0);
+	f->b.shm.send = &f->b.shm.send_part[0]; /* one send pool */
+	assert_int_equal(pd_pool_open(f->b.shm.send, f->pool_mem, plen, f->arena, alen), 0);
 	f->b.shm.has_send = 1;
-	f->b.shm.send_part[0] = f->b.shm.send; /* one send pool */
 	f->b.shm.send_parts = 1;
 	f->b.px = calloc(MAX_TOKENS, sizeof(*f->b.px));
 	assert_non_null(f->b.px);
 	f->x.base.ops = &rec_ops;
 	f->b.xp[PD_XPORT_TCP] = &f->x.base;
-	assert_int_equal(pd_pool_alloc(&f->b.shm.send, &who, 2, 0, f->ref), 0);
-	assert_int_equal(pd_pool_set_state(&f->b.shm.send, f->ref, 2, BROKER_OWNER,
+	assert_int_equal(pd_pool_alloc(f->b.shm.send, &who, 2, 0, f->ref), 0);
+	assert_int_equal(pd_pool_set_state(f->b.shm.send, f->ref, 2, BROKER_OWNER,
 					   PD_SLOT_QUEUED), 0);
 	for (uint32_t i = 0; i < 2; i++) {
 		f->ch[i] = (struct pd_tx_chunk){ .slot = f->ref[i], .len = 100, .klen = 1 };
@@ -140,7 +140,7 @@ static void test_rewritten_descriptor_refuses_batch(void **state)
 	struct fx *f = *state;
 	uint32_t posted;
 
-	f->b.shm.send.desc[PD_SLOT_REF_IDX(f->ref[1])].gen += 7;
+	f->b.shm.send->desc[PD_SLOT_REF_IDX(f->ref[1])].gen += 7;
 	assert_int_equal(post(f, &posted), -ESTALE);
 	assert_int_equal(posted, 0);
 	assert_int_equal(f->x.n, 0);
@@ -152,7 +152,7 @@ static void test_freed_descriptor_refuses_batch(void **state)
 	struct fx *f = *state;
 	uint32_t posted;
 
-	atomic_store(&f->b.shm.send.desc[PD_SLOT_REF_IDX(f->ref[0])].state, PD_SLOT_FREE);
+	atomic_store(&f->b.shm.send->desc[PD_SLOT_REF_IDX(f->ref[0])].state, PD_SLOT_FREE);
 	assert_int_equal(post(f, &posted), -ESTALE);
 	assert_int_equal(posted, 0);
 	assert_int_equal(f->x.n, 0);
@@ -164,9 +164,9 @@ static void test_free_after_one_freed_behind(void **state)
 {
 	struct fx *f = *state;
 
-	assert_int_equal(pd_pool_free(&f->b.shm.send, &f->ref[1], 1), 0);
+	assert_int_equal(pd_pool_free(f->b.shm.send, &f->ref[1], 1), 0);
 	pd_broker_tx_ops.free_slots(&f->b, f->ref, 2);
-	assert_int_equal(pd_pool_nfree(&f->b.shm.send), SLOTS);
+	assert_int_equal(pd_pool_nfree(f->b.shm.send), SLOTS);
 }
 
 /* One of them freed and handed out again: that one is left to its new
@@ -178,11 +178,11 @@ static void test_free_after_one_reused(void **state)
 	pd_slot_ref again[SLOTS - 1];
 	struct pd_slot_desc d;
 
-	assert_int_equal(pd_pool_free(&f->b.shm.send, &f->ref[0], 1), 0);
-	assert_int_equal(pd_pool_alloc(&f->b.shm.send, &who, SLOTS - 1, 0, again), 0);
+	assert_int_equal(pd_pool_free(f->b.shm.send, &f->ref[0], 1), 0);
+	assert_int_equal(pd_pool_alloc(f->b.shm.send, &who, SLOTS - 1, 0, again), 0);
 	pd_broker_tx_ops.free_slots(&f->b, f->ref, 2);
-	assert_int_equal(pd_pool_nfree(&f->b.shm.send), 1);
-	assert_int_equal(pd_pool_desc_get(&f->b.shm.send, PD_SLOT_REF_IDX(f->ref[0]), &d), 0);
+	assert_int_equal(pd_pool_nfree(f->b.shm.send), 1);
+	assert_int_equal(pd_pool_desc_get(f->b.shm.send, PD_SLOT_REF_IDX(f->ref[0]), &d), 0);
 	assert_int_equal(d.owner, 2);
 	assert_int_equal(d.state, PD_SLOT_LOANED);
 }

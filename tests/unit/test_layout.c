@@ -138,13 +138,21 @@ static void test_send_pools_of_their_own(void **state)
 	assert_int_equal(pd_layout_send_part(&f->agent, PD_SLOT_REF(8, 1)), -EINVAL);
 	assert_non_null(pd_pool_data(&f->agent.send_part[2], r[0]));
 	assert_null(pd_pool_data(&f->agent.send_part[1], r[0])); /* not its slot */
+	{ /* what the broker's check of a submitted slot rests on */
+		struct pd_slot_desc d;
+
+		assert_int_equal(pd_pool_desc_get(&f->agent.send_part[1], PD_SLOT_REF_IDX(r[0]), &d),
+				 -EINVAL);
+		assert_int_equal(pd_pool_desc_get(&f->agent.send_part[2], PD_SLOT_REF_IDX(r[0]), &d),
+				 0);
+	}
 	assert_int_equal(pd_pool_free(&f->broker.send_part[1], r, 2), -ESTALE);
 	assert_int_equal(pd_pool_nfree(&f->agent.send_part[2]), 0);
 	assert_int_equal(pd_pool_free(&f->broker.send_part[2], r, 2), 0);
 	assert_int_equal(pd_pool_nfree(&f->agent.send_part[2]), 2);
 	assert_int_equal(pd_layout_send_own(&f->agent, 4), -EINVAL);
 	assert_int_equal(pd_layout_send_own(&f->agent, 1), 0);
-	assert_int_equal(f->agent.send.base, 2);
+	assert_int_equal(f->agent.send->base, 2);
 }
 
 static void test_corrupt_agent_table_is_refused(void **state)
@@ -320,10 +328,10 @@ static void test_attacher_shares_pools_index_and_rings(void **state)
 	create_ok(f);
 	assert_int_equal(attach(f), 0);
 	assert_true(f->agent.has_send && f->agent.has_recv);
-	assert_int_equal(pd_pool_alloc(&f->agent.send, &who, 2, 0, r), 0);
-	memset(pd_pool_data(&f->agent.send, r[1]), 0xab, 4096);
-	assert_int_equal(((uint8_t *)pd_pool_data(&f->broker.send, r[1]))[4095], 0xab);
-	assert_int_equal(pd_pool_nfree(&f->broker.send), 6);
+	assert_int_equal(pd_pool_alloc(f->agent.send, &who, 2, 0, r), 0);
+	memset(pd_pool_data(f->agent.send, r[1]), 0xab, 4096);
+	assert_int_equal(((uint8_t *)pd_pool_data(f->broker.send, r[1]))[4095], 0xab);
+	assert_int_equal(pd_pool_nfree(f->broker.send), 6);
 	assert_int_equal(pd_index_insert(&f->broker.index, "key", 3, &v), 0);
 	assert_int_equal(pd_index_pin(&f->agent.index, "key", 3, &v, pd_layout_pins(&f->agent, 1)),
 			 0);

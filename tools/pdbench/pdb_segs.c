@@ -45,7 +45,7 @@ static int probe_one(struct pd_bench_broker *b, const struct pd_shm *s,
 		     const struct pd_bench_opts *o, uint64_t *chunk, uint32_t *nrecv,
 		     uint32_t *nsend)
 {
-	const struct pd_pool *p = b->decode ? &s->recv : &s->send;
+	const struct pd_pool *p = b->decode ? &s->recv : s->send;
 
 	if (!(b->decode ? s->has_recv : s->has_send)) {
 		(void)fprintf(stderr, "pdbench: broker %s has no %s slots\n", b->name,
@@ -56,8 +56,8 @@ static int probe_one(struct pd_bench_broker *b, const struct pd_shm *s,
 		*chunk = p->slot_size;
 	if (!o->local && b->decode && p->nslots < *nrecv)
 		*nrecv = p->nslots; /* attached: report what the brokers have */
-	if (!o->local && !b->decode && p->nslots < *nsend)
-		*nsend = p->nslots;
+	if (!o->local && !b->decode && pd_layout_send_slots(s) < *nsend)
+		*nsend = pd_layout_send_slots(s); /* every send pool's */
 	if (b->decode && (uint64_t)o->chunks_max * o->tp > p->nslots) {
 		(void)fprintf(stderr, "pdbench: --chunks: a request needs %" PRIu64 " receive slots; "
 			"broker %s has %" PRIu32 "\n", (uint64_t)o->chunks_max * o->tp, b->name,
